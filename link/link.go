@@ -1,0 +1,64 @@
+package link
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// A Link moves batches of whole Ethernet frames.
+type Link interface {
+	// Receive stores up to len(frames) received frames in frames without
+	// blocking and returns how many. They alias link-owned memory, valid until
+	// the next Receive call.
+	Receive(frames [][]byte) (int, error)
+	// Alloc stores up to len(bufs) empty transmit buffers (len == MaxFrame) in
+	// bufs and returns how many. The caller writes frames into them and passes
+	// them, resliced to the frame length, to Send. Buffers not sent must be
+	// handed back with Free.
+	Alloc(bufs [][]byte) int
+	// Send queues frames for transmission; ownership of the buffers returns to
+	// the link whatever the result.
+	Send(frames [][]byte) error
+	// Free hands unsent buffers from Alloc back to the link.
+	Free(bufs [][]byte)
+	// Wait blocks until a frame may be received, Wake is called, or the
+	// timeout passes (a negative timeout waits without limit).
+	Wait(timeout time.Duration) error
+	// Wake makes a concurrent or the next Wait return at once. Safe for
+	// concurrent use.
+	Wake()
+	// Props describes the link.
+	Props() Props
+	// Close releases the link. Safe for concurrent use; later calls return
+	// ErrClosed.
+	Close() error
+}
+
+// Props describes a Link.
+type Props struct {
+	// Name says what carries the frames: "AF_XDP (native)", "AF_XDP
+	// (generic)", "UDP", "pipe".
+	Name string
+	// MTU is the L3 MTU of the path; frames are at most MTU+18 bytes.
+	MTU int
+	// MaxFrame is the size of one transmit buffer.
+	MaxFrame int
+	// HWAddr is the link's MAC address; nil where there is none (UDP, pipe).
+	HWAddr net.HardwareAddr
+	// SrcPort, when non-zero, is the UDP source port every frame leaves from
+	// (link/udp: 4791). The engine encodes frames with it so that the ICRC
+	// matches what is sent.
+	SrcPort uint16
+	// SyntheticHeaders reports that the Ethernet and IP headers of received
+	// frames are rebuilt by the link (the IPv4 Identification is unknown and
+	// set to 0), so an ICRC mismatch may come from the IP ID alone.
+	SyntheticHeaders bool
+}
+
+// ErrNotSupported is returned (wrapped) when a link or one of its features is
+// not available on this kernel or device.
+var ErrNotSupported = errors.New("not supported")
+
+// ErrClosed is returned by operations on a closed Link.
+var ErrClosed = net.ErrClosed
