@@ -1,0 +1,368 @@
+package mr
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Access is a set of memory access flags, with the ibverbs bit values.
+type Access uint32
+
+// Access flags. Local read is always allowed.
+const (
+	LocalWrite   Access = 1 << 0 // IBV_ACCESS_LOCAL_WRITE
+	RemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
+	RemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
+	RemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+
+	allAccess = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic
+)
+
+var accessNames = [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"}
+
+// String lists the flags as "LOCAL_WRITE|REMOTE_READ"; the empty set is "0".
+func (a Access) String() string {
+	if a == 0 {
+		return "0"
+	}
+	var b strings.Builder
+	for i, n := range accessNames {
+		if a&(1<<i) != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(n)
+		}
+	}
+	if rest := a &^ allAccess; rest != 0 {
+		if b.Len() > 0 {
+			b.WriteByte('|')
+		}
+		fmt.Fprintf(&b, "%#x", uint32(rest))
+	}
+	return b.String()
+}
+
+// Sentinel errors. Lookups return them unwrapped (they are on the per-packet
+// path); other methods wrap them with context.
+var (
+	ErrInvalidKey  = errors.New("mr: invalid key")
+	ErrOutOfBounds = errors.New("mr: access out of bounds")
+	ErrAccess      = errors.New("mr: access not permitted")
+	ErrPDMismatch  = errors.New("mr: protection domain mismatch")
+	ErrLimit       = errors.New("mr: limit reached")
+	ErrBusy        = errors.New("mr: protection domain in use")
+	ErrDeallocated = errors.New("mr: already released")
+)
+
+// DefaultMaxMRs is the number of regions a Table holds unless WithMaxMRs says
+// otherwise.
+const DefaultMaxMRs = 1 << 16
+
+// An Option configures a Table.
+type Option func(*Table)
+
+// WithMaxMRs limits the number of registered regions (n > 0).
+func WithMaxMRs(n int) Option {
+	return func(t *Table) {
+		if n > 0 {
+			t.maxMRs = n
+		}
+	}
+}
+
+// WithRand draws keys from r instead of crypto/rand, so tests can be
+// deterministic. Keys stay non-zero and unique whatever r returns (a source
+// that keeps repeating itself makes Register fail).
+func WithRand(r io.Reader) Option {
+	return func(t *Table) { t.rand = r }
+}
+
+// A Table holds the regions of one device, keyed by lkey and rkey. The zero
+// value is not usable; call NewTable.
+type Table struct {
+	mu     sync.RWMutex
+	lkeys  map[uint32]*MR
+	rkeys  map[uint32]*MR
+	maxMRs int
+	rand   io.Reader
+	nMRs   int
+}
+
+// NewTable returns an empty table.
+func NewTable(opts ...Option) *Table {
+	t := &Table{
+		lkeys:  make(map[uint32]*MR),
+		rkeys:  make(map[uint32]*MR),
+		maxMRs: DefaultMaxMRs,
+		rand:   rand.Reader,
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// Len returns the number of registered regions.
+func (t *Table) Len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.nMRs
+}
+
+// A PD is a protection domain: regions and queue pairs that may touch each
+// other's memory.
+type PD struct {
+	t     *Table
+	mu    sync.Mutex
+	users int // regions + holds
+	dead  bool
+}
+
+// AllocPD returns a new protection domain.
+func (t *Table) AllocPD() *PD { return &PD{t: t} }
+
+// Table returns the table the PD belongs to.
+func (pd *PD) Table() *Table { return pd.t }
+
+// Hold records a user of the PD (a queue pair), so that Dealloc fails until
+// Release. It fails with ErrDeallocated on a released PD.
+func (pd *PD) Hold() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return fmt.Errorf("mr: hold pd: %w", ErrDeallocated)
+	}
+	pd.users++
+	return nil
+}
+
+// Release undoes one Hold.
+func (pd *PD) Release() {
+	pd.mu.Lock()
+	if pd.users > 0 {
+		pd.users--
+	}
+	pd.mu.Unlock()
+}
+
+// Dealloc releases the PD. It fails with ErrBusy while regions or queue pairs
+// use it, and with ErrDeallocated when called twice.
+func (pd *PD) Dealloc() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return fmt.Errorf("mr: dealloc pd: %w", ErrDeallocated)
+	}
+	if pd.users > 0 {
+		return fmt.Errorf("mr: dealloc pd: %d users: %w", pd.users, ErrBusy)
+	}
+	pd.dead = true
+	return nil
+}
+
+// An MR is a registered memory region.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	iova   uint64
+	access Access
+	lkey   uint32
+	rkey   uint32
+	dead   bool // guarded by pd.t.mu
+}
+
+// LKey returns the local key.
+func (m *MR) LKey() uint32 { return m.lkey }
+
+// RKey returns the remote key.
+func (m *MR) RKey() uint32 { return m.rkey }
+
+// Addr returns the IOVA of the first byte.
+func (m *MR) Addr() uint64 { return m.iova }
+
+// Len returns the length in bytes.
+func (m *MR) Len() int { return len(m.buf) }
+
+// Access returns the access flags.
+func (m *MR) Access() Access { return m.access }
+
+// PD returns the protection domain.
+func (m *MR) PD() *PD { return m.pd }
+
+// Bytes returns the registered buffer.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// Register registers buf with the given access; its IOVA is the address of
+// buf[0]. ibverbs requires LocalWrite together with RemoteWrite or
+// RemoteAtomic, and so do we.
+func (pd *PD) Register(buf []byte, access Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, errors.New("mr: register: empty buffer")
+	}
+	return pd.RegisterIOVA(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+}
+
+// RegisterIOVA registers buf, addressed by the peer and by SGEs from iova on.
+func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, errors.New("mr: register: empty buffer")
+	}
+	if access&^allAccess != 0 {
+		return nil, fmt.Errorf("mr: register: unknown access flags %#x", uint32(access&^allAccess))
+	}
+	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
+		return nil, fmt.Errorf("mr: register: %v needs LOCAL_WRITE", access)
+	}
+	if iova+uint64(len(buf))-1 < iova {
+		return nil, fmt.Errorf("mr: register: iova %#x + %d wraps around", iova, len(buf))
+	}
+	pd.mu.Lock()
+	if pd.dead {
+		pd.mu.Unlock()
+		return nil, fmt.Errorf("mr: register: %w", ErrDeallocated)
+	}
+	pd.users++
+	pd.mu.Unlock()
+
+	m := &MR{pd: pd, buf: buf, iova: iova, access: access}
+	t := pd.t
+	t.mu.Lock()
+	err := t.insert(m)
+	t.mu.Unlock()
+	if err != nil {
+		pd.Release()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (t *Table) insert(m *MR) error {
+	if t.nMRs >= t.maxMRs {
+		return fmt.Errorf("mr: register: %d regions: %w", t.maxMRs, ErrLimit)
+	}
+	var err error
+	if m.lkey, err = t.newKey(t.lkeys); err != nil {
+		return err
+	}
+	if m.rkey, err = t.newKey(t.rkeys); err != nil {
+		return err
+	}
+	t.lkeys[m.lkey] = m
+	t.rkeys[m.rkey] = m
+	t.nMRs++
+	return nil
+}
+
+// newKey draws a non-zero key not in used. Called with t.mu held.
+func (t *Table) newKey(used map[uint32]*MR) (uint32, error) {
+	var b [4]byte
+	for range 64 {
+		if _, err := io.ReadFull(t.rand, b[:]); err != nil {
+			return 0, fmt.Errorf("mr: register: key source: %w", err)
+		}
+		k := binary.LittleEndian.Uint32(b[:])
+		if k == 0 {
+			continue
+		}
+		if _, dup := used[k]; !dup {
+			return k, nil
+		}
+	}
+	return 0, errors.New("mr: register: key source keeps repeating itself")
+}
+
+// Deregister removes the region; its keys are refused from the moment the call
+// returns. A second call fails with ErrDeallocated.
+func (m *MR) Deregister() error {
+	t := m.pd.t
+	t.mu.Lock()
+	if m.dead {
+		t.mu.Unlock()
+		return fmt.Errorf("mr: deregister: %w", ErrDeallocated)
+	}
+	m.dead = true
+	if t.lkeys[m.lkey] == m {
+		delete(t.lkeys, m.lkey)
+	}
+	if t.rkeys[m.rkey] == m { // not if invalidated and reused since
+		delete(t.rkeys, m.rkey)
+	}
+	t.nMRs--
+	t.mu.Unlock()
+	m.pd.Release()
+	return nil
+}
+
+// InvalidateRKey withdraws the remote key of a live region of pd (as a SEND
+// with Invalidate does): the region stays usable locally. It returns
+// ErrInvalidKey or ErrPDMismatch.
+func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m, ok := t.rkeys[rkey]
+	if !ok {
+		return ErrInvalidKey
+	}
+	if m.pd != pd {
+		return ErrPDMismatch
+	}
+	delete(t.rkeys, rkey)
+	return nil
+}
+
+// Remote returns n bytes of registered memory at va for a peer holding rkey,
+// if the region belongs to pd and grants need (RemoteWrite, RemoteRead or
+// RemoteAtomic). Errors: ErrInvalidKey, ErrPDMismatch, ErrAccess,
+// ErrOutOfBounds. It allocates nothing.
+func (t *Table) Remote(pd *PD, rkey uint32, va uint64, n uint64, need Access) ([]byte, error) {
+	t.mu.RLock()
+	m := t.rkeys[rkey]
+	t.mu.RUnlock()
+	return m.check(pd, va, n, need)
+}
+
+// Local returns n bytes of registered memory at addr for an SGE holding lkey,
+// if the region belongs to pd and grants need (LocalWrite to write into it; 0
+// to read). Errors as for Remote.
+func (t *Table) Local(pd *PD, lkey uint32, addr uint64, n uint64, need Access) ([]byte, error) {
+	t.mu.RLock()
+	m := t.lkeys[lkey]
+	t.mu.RUnlock()
+	return m.check(pd, addr, n, need)
+}
+
+func (m *MR) check(pd *PD, va, n uint64, need Access) ([]byte, error) {
+	if m == nil {
+		return nil, ErrInvalidKey
+	}
+	if m.pd != pd {
+		return nil, ErrPDMismatch
+	}
+	if m.access&need != need {
+		return nil, ErrAccess
+	}
+	size := uint64(len(m.buf))
+	if va < m.iova {
+		return nil, ErrOutOfBounds
+	}
+	off := va - m.iova
+	if off > size || n > size-off {
+		return nil, ErrOutOfBounds
+	}
+	return m.buf[off : off+n : off+n], nil
+}
+
+// An SGE is one element of a scatter/gather list: Length bytes at Addr in the
+// region with local key LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
