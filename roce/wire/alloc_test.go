@@ -1,0 +1,60 @@
+package wire_test
+
+import (
+	"testing"
+
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+func TestZeroAllocs(t *testing.T) {
+	frames := rxeFrames(t)
+	var p wire.Packet
+	buf := make([]byte, 9000)
+	for _, f := range frames {
+		if a := testing.AllocsPerRun(20, func() {
+			if err := p.Decode(f.data); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Errorf("%v: Decode allocates %v times", f, a)
+		}
+		if a := testing.AllocsPerRun(20, func() {
+			if _, err := p.Encode(buf); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Errorf("%v: Encode allocates %v times", f, a)
+		}
+		n := len(p.Payload)
+		if a := testing.AllocsPerRun(20, func() {
+			if _, err := p.EncodeInPlace(buf, n); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Errorf("%v: EncodeInPlace allocates %v times", f, a)
+		}
+		if a := testing.AllocsPerRun(20, func() {
+			if _, err := wire.ComputeICRC(f.data); err != nil {
+				t.Fatal(err)
+			}
+			if err := wire.VerifyICRC(f.data); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Errorf("%v: ComputeICRC/VerifyICRC allocate %v times", f, a)
+		}
+	}
+	// Error paths allocate nothing either.
+	bad := append([]byte(nil), frames[0].data...)
+	bad[len(bad)-1] ^= 0xFF
+	if a := testing.AllocsPerRun(20, func() {
+		if p.Decode(bad) == nil {
+			t.Fatal("corrupt frame decoded")
+		}
+		if p.Decode(bad[:30]) == nil {
+			t.Fatal("short frame decoded")
+		}
+	}); a != 0 {
+		t.Errorf("Decode error paths allocate %v times", a)
+	}
+}
