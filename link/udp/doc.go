@@ -1,0 +1,36 @@
+// Package udp carries RoCEv2 over kernel UDP sockets: a link.Link that needs
+// no privileges and no AF_XDP, for hosts and tests where the fast path is not
+// available.
+//
+// Send takes the whole Ethernet frames the engine builds, reads the
+// destination IP address and the UDP payload (BTH onward) from each and hands
+// the payloads to the kernel in batches (sendmmsg). The kernel writes the
+// Ethernet, IP and UDP headers itself: the frame's source port is replaced by
+// the socket's port, and its IPv4 Identification by 0 (the socket is
+// unconnected with IP_PMTUDISC_DO, so Linux sends ID 0 with DF). The RoCEv2
+// ICRC covers both, so Props.SrcPort tells the engine to encode frames with
+// the socket's port; then the ICRC it computed is the one the peer checks.
+//
+// Receive takes datagrams in batches (recvmmsg) with their destination
+// address (IP_PKTINFO / IPV6_PKTINFO) and rebuilds the headers in front of
+// each payload, so that the engine sees a whole frame: zero MAC addresses;
+// IPv4 with ID 0, DF, TTL 64, TOS 0 and a valid checksum (or IPv6 with
+// traffic class 0, flow label 0, hop limit 64); UDP from the sender's port to
+// 4791 with checksum 0. Props.SyntheticHeaders is set: the sender's real
+// IPv4 ID is not known, so a frame from a sender that does not use ID 0 fails
+// the ICRC check.
+//
+// The socket is bound to Config.Addr (all addresses, dual-stack, when unset)
+// and port 4791 by default; frames go to their destination IP at
+// Config.RemotePort, by default the same port. Two links in one process use
+// two loopback addresses (127.0.0.1 and 127.0.0.2) on one port. When bound to
+// all addresses, each datagram carries the frame's source address
+// (IPV6_PKTINFO), so the kernel sends from the address the ICRC was computed
+// with.
+//
+// Buffer ownership, concurrency and errors are those of link.Link: one
+// goroutine owns the link, Wake and Close are safe from any goroutine, and
+// every method of a closed link returns link.ErrClosed. Syscall errors are
+// wrapped with os.NewSyscallError, so errors.Is(err, os.ErrPermission) and
+// the like work. Linux only.
+package udp
