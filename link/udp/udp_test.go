@@ -337,3 +337,27 @@ func TestManyFramesBatched(t *testing.T) {
 		t.Errorf("received %d of %d (sender %+v)", next, n, a.Stats())
 	}
 }
+
+// TestWildcardSendsFromFrameSource checks that a link bound to all
+// addresses sends each datagram from the frame's source address (which the
+// ICRC covers), not from whatever the route would pick.
+func TestWildcardSendsFromFrameSource(t *testing.T) {
+	a, b := pairPorts(t, netip.Addr{}, lo2, udp.Config{MTU: 1500})
+	for _, src := range []string{"127.0.0.3", "127.0.0.1", "127.1.2.3"} {
+		s := netip.MustParseAddr(src)
+		if err := sendOne(t, a, frame(s, lo2, 1, []byte("hello"))); err != nil {
+			t.Fatal(err)
+		}
+		got := recvOne(t, b)
+		if g, _ := netip.AddrFromSlice(got[26:30]); g != s {
+			t.Errorf("frame from %v arrived from %v", s, g)
+		}
+	}
+	// A source that is not local is refused by the kernel, and reported.
+	if err := sendOne(t, a, frame(netip.MustParseAddr("203.0.113.9"), lo2, 1, []byte("x"))); err == nil {
+		t.Error("Send from a foreign source address returned nil")
+	}
+	if st := a.Stats(); st.TxErrors != 1 || st.TxFrames != 3 {
+		t.Errorf("stats %+v", st)
+	}
+}
