@@ -20,7 +20,7 @@ func encode(t *testing.T, src, dst netip.Addr, sport uint16, id uint16, tos, ttl
 		IPv6: src.Is6(), SrcIP: src, DstIP: dst,
 		TOS: tos, TTL: ttl, IPID: id, IPFlags: wire.IPv4DontFragment,
 		SrcPort: sport, DstPort: wire.UDPPort,
-		BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQPN: 0x11, AckReq: true, PSN: 0xc829ba},
+		BTH:     wire.BTH{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQPN: 0x11, AckReq: true, PSN: 0xc829ba},
 		Payload: payload,
 	}
 	buf := make([]byte, p.FrameLen())
