@@ -498,3 +498,33 @@ func TestMixedFaultsSoak(t *testing.T) {
 		t.Errorf("a fault never fired: %+v", st)
 	}
 }
+
+// TestNoAllocsWithFaults: the fault paths (hold, release, duplicate,
+// corrupt, timed wait) allocate nothing per frame either.
+func TestNoAllocsWithFaults(t *testing.T) {
+	a, b := newPipe(t, pipe.Config{Seed: 5, AtoB: pipe.Faults{Loss: 0.1, Duplicate: 0.1, Corrupt: 0.1,
+		Reorder: 0.2, Delay: 0.1, DelayFrames: 3, DelayTime: 50 * time.Microsecond}})
+	bufs := make([][]byte, 4)
+	frames := make([][]byte, 16)
+	total := 0
+	round := func() {
+		n := a.Alloc(bufs)
+		for i := range n {
+			bufs[i] = bufs[i][:200]
+		}
+		a.Send(bufs[:n])
+		b.Wait(20 * time.Microsecond)
+		k, _ := b.Receive(frames)
+		total += k
+	}
+	for range 100 {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(1000, round); allocs != 0 {
+		t.Errorf("%v allocations per round of 4 frames, want 0", allocs)
+	}
+	st := a.Stats()
+	if st.Reordered == 0 || st.Delayed == 0 || st.Duplicated == 0 || st.Corrupted == 0 || total == 0 {
+		t.Errorf("faults did not all fire: %+v, received %d", st, total)
+	}
+}
