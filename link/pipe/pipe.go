@@ -51,14 +51,15 @@ type Faults struct {
 	// value).
 	Corrupt float64
 	// Reorder holds the frame back until the next frame of this direction has
-	// been delivered (so they swap places), or at most ReorderHold.
+	// been sent (and, unless lost, delivered: they swap places), or at most
+	// ReorderHold.
 	Reorder float64
 	// ReorderHold bounds the wait of a reordered frame; 0 means
 	// DefaultReorderHold.
 	ReorderHold time.Duration
 	// Delay holds the frame back for DelayTime, or until DelayFrames later
-	// frames of this direction have been delivered, whichever comes first (a
-	// zero disables that condition; at least one must be set when Delay > 0).
+	// frames have been sent in this direction, whichever comes first (a zero
+	// disables that condition; at least one must be set when Delay > 0).
 	Delay       float64
 	DelayTime   time.Duration
 	DelayFrames int
@@ -334,7 +335,7 @@ func nowNS() int64 { return int64(time.Since(epoch)) }
 type held struct {
 	slot  int32
 	until int64  // release at this time (ns); <0: never by time
-	after uint64 // release once seq reaches this; 0: never by count
+	after uint64 // release once stats.Frames reaches this; 0: never by count
 }
 
 // direction is the queue from one end to the other. Its fields are guarded by mu.
@@ -350,7 +351,6 @@ type direction struct {
 	nready int
 	held   []held
 	lent   []int32 // slots returned by the last Receive, reclaimed by the next
-	seq    uint64  // frames made ready that are not held back
 	closed bool    // the receiving end is closed
 	stats  Stats
 	notify chan struct{} // the receiving end's
@@ -417,7 +417,7 @@ func (d *direction) send(f []byte, now int64) bool {
 			h.until = now + int64(ft.DelayTime)
 		}
 		if ft.DelayFrames > 0 {
-			h.after = d.seq + uint64(ft.DelayFrames)
+			h.after = d.stats.Frames + uint64(ft.DelayFrames)
 		}
 		d.held = append(d.held, h)
 		d.stats.Delayed++
@@ -426,7 +426,7 @@ func (d *direction) send(f []byte, now int64) bool {
 		if hold == 0 {
 			hold = DefaultReorderHold
 		}
-		d.held = append(d.held, held{slot: s, until: now + int64(hold), after: d.seq + 1})
+		d.held = append(d.held, held{slot: s, until: now + int64(hold), after: d.stats.Frames + 1})
 		d.stats.Reordered++
 	default:
 		d.push(s)
@@ -454,7 +454,6 @@ func (d *direction) take(f []byte) int32 {
 func (d *direction) push(s int32) {
 	d.ready[(d.head+d.nready)%len(d.ready)] = s
 	d.nready++
-	d.seq++
 	d.stats.Delivered++
 }
 
@@ -464,25 +463,16 @@ func (d *direction) release(now int64) {
 	if len(d.held) == 0 {
 		return
 	}
-	for {
-		k := 0
-		released := false
-		for _, h := range d.held {
-			if (h.until >= 0 && h.until <= now) || (h.after != 0 && d.seq >= h.after) {
-				d.push(h.slot)
-				released = true
-				continue
-			}
-			d.held[k] = h
-			k++
+	k := 0
+	for _, h := range d.held {
+		if (h.until >= 0 && h.until <= now) || (h.after != 0 && d.stats.Frames >= h.after) {
+			d.push(h.slot)
+			continue
 		}
-		d.held = d.held[:k]
-		// A released frame advances seq, which may release frames held
-		// by count behind it.
-		if !released || k == 0 {
-			return
-		}
+		d.held[k] = h
+		k++
 	}
+	d.held = d.held[:k]
 }
 
 // receive reclaims the slots lent by the previous call and lends up to

@@ -528,3 +528,16 @@ func TestNoAllocsWithFaults(t *testing.T) {
 		t.Errorf("faults did not all fire: %+v, received %d", st, total)
 	}
 }
+
+// TestDelayEveryFrameByCount: with every frame delayed by 2 frames, the
+// stream still flows, 2 frames behind.
+func TestDelayEveryFrameByCount(t *testing.T) {
+	a, b := newPipe(t, pipe.Config{AtoB: pipe.Faults{Delay: 1, DelayFrames: 2}})
+	for i := 1; i <= 10; i++ {
+		send(t, a, uint32(i), 64)
+	}
+	ids, _ := recvAll(t, b, 0)
+	if !slicesEqual(ids, []uint32{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Errorf("got %v, want 1..8", ids)
+	}
+}
