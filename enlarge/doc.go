@@ -1,0 +1,65 @@
+// Package enlarge is the enlargement layer: a message channel over one RC
+// connection that starts with small registered buffers and promotes a
+// direction to larger ones only when a message needs it, so that many
+// connections cost little registered memory.
+//
+// # Protocol
+//
+// Each end registers, at start, a receive ring of RingSlots × Ladder[0]
+// bytes (default 16 × 512 B) and a MailboxLen-byte mailbox, and nothing
+// larger; eager sends are staged in a Pool of registered slots shared by all
+// channels of a protection domain. A direction's state is small, requested or
+// large, and its phase is an index into the ladder (default 512 B → 8 KiB →
+// 128 KiB).
+//
+// Send checks every element of an iovec against the threshold (Threshold %,
+// default 90 %, of the current slot). Elements that fit go at once: in phase 0
+// as a SEND into a posted receive of the peer's ring, in later phases as an
+// RDMA WRITE_WITH_IMM into the peer's buffer (the immediate data carries the
+// length and whether more pieces follow). At the first element that does not
+// fit, with no request out, an ENLARGE_REQ (phase, size needed) goes into a
+// slot of the current ring instead (SEND with immediate data in phase 0,
+// WRITE_WITH_IMM later) and Send reports 0 bytes for that element and no
+// error. Until the answer, nothing more goes into the old ring.
+//
+// The receiver handles the request in Progress (every call runs it), between
+// its other work: messages still queued from the old ring are copied off it,
+// the ring is deregistered (its keys are refused from then on) and freed, the
+// larger buffer (LargeSlots × the new step) is registered and an ENLARGE_ACK,
+// laid out head flag | address | rkey | length | phase | tail flag, is
+// RDMA-written into the sender's mailbox. The sender checks the head, then
+// for at most TailTimeout the tail, then validates the whole record (magic,
+// type, version, phase, length, rkey); anything less means 0 bytes, no error,
+// no data, and the next call looks again; the request is never resent. On a
+// valid ack the sender registers its large send buffer (the previous one is
+// deregistered once its writes complete), copies each message in and
+// RDMA-writes it with immediate data into the receiver's buffer; the
+// receiver copies it to the caller's buffer.
+//
+// Flow control: the receiver RDMA-writes how many messages of the current
+// phase it has consumed into a credit word of the sender's mailbox (every
+// quarter ring, one update in flight); the sender never has more messages
+// outstanding than the peer's buffer has slots, so receives never run out.
+//
+// A message larger than the top step goes in top-step pieces, each a
+// WRITE_WITH_IMM into the same buffer, the receiver concatenating them. We
+// chose pieces over a rendezvous RDMA READ from the sender's memory because a
+// rendezvous must register the caller's whole source (registration per
+// message, pinned memory growing with the message size: what this layer
+// exists to avoid) and costs an extra round trip before the first byte; the
+// pieces reuse buffers already registered and need no new control message.
+//
+// Baseline mode registers a fixed ring (default 32 × 4 KiB per direction,
+// 256 KiB per connection counting both ends) and never promotes, for
+// comparison.
+//
+// Control messages begin with the 4-byte Magic and a type byte;
+// DescribeControl names them for capture tools.
+//
+// # Use
+//
+// Send and Recv never block and return 0 bytes when they cannot proceed;
+// Write and Read (and their Context forms) block on top of them. A Channel is
+// built over a Transport: the few verbs it needs from one queue pair. Both
+// ends must use the same Config. Methods are safe for concurrent use.
+package enlarge
