@@ -442,93 +442,108 @@ func (l *Link) Send(frames [][]byte) error {
 
 // prepare fills message i with frame f's destination and payload.
 func (l *Link) prepare(i int, f []byte) error {
+	ft, err := parseFrame(f)
+	if err != nil {
+		return err
+	}
+	name := &l.txNames[i]
+	switch {
+	case ft.v4 && l.v6:
+		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6}
+		name.Addr[10], name.Addr[11] = 0xff, 0xff
+		copy(name.Addr[12:], ft.dst[12:])
+	case ft.v4:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET}
+		copy(sa.Addr[:], ft.dst[12:])
+	case l.v6:
+		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ft.dst}
+	default:
+		return errFamily
+	}
+	if l.pktinfo {
+		c := l.txCtl[i*cmsgRoom+unix.CmsgLen(0):]
+		pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&c[0]))
+		*pi = unix.Inet6Pktinfo{Addr: ft.src}
+		if ft.v4 {
+			pi.Addr = [16]byte{10: 0xff, 11: 0xff}
+			copy(pi.Addr[12:], ft.src[12:])
+		}
+	}
+	// sin_port / sin6_port sit at the same offset, in network order.
+	p := (*[2]byte)(unsafe.Pointer(&name.Port))
+	binary.BigEndian.PutUint16(p[:], l.rport)
+	if len(ft.payload) == 0 {
+		l.txIov[i].Base = nil
+	} else {
+		l.txIov[i].Base = &ft.payload[0]
+	}
+	l.txIov[i].SetLen(len(ft.payload))
+	return nil
+}
+
+// frameInfo is what Send needs from a frame.
+type frameInfo struct {
+	v4       bool
+	src, dst [16]byte // IPv4 addresses in the last 4 bytes
+	payload  []byte   // the UDP payload, aliasing the frame
+}
+
+// parseFrame reads an Ethernet (one optional 802.1Q/802.1ad tag) / IPv4 or
+// IPv6 / UDP frame. It does not allocate and accepts no IPv4 fragments, no
+// IPv6 extension headers, and no lengths beyond the frame (Ethernet padding
+// after the IP packet is ignored).
+func parseFrame(f []byte) (frameInfo, error) {
+	var ft frameInfo
 	if len(f) < 14 {
-		return errFrame
+		return ft, errFrame
 	}
 	et := binary.BigEndian.Uint16(f[12:])
 	off := 14
 	if et == 0x8100 || et == 0x88a8 {
 		if len(f) < 18 {
-			return errFrame
+			return ft, errFrame
 		}
 		et = binary.BigEndian.Uint16(f[16:])
 		off = 18
 	}
 	ip := f[off:]
 	var udp []byte
-	name := &l.txNames[i]
 	switch et {
 	case 0x0800:
 		if len(ip) < 20 || ip[0]>>4 != 4 || ip[9] != unix.IPPROTO_UDP {
-			return errFrame
+			return ft, errFrame
 		}
 		ihl := int(ip[0]&0x0f) * 4
 		tot := int(binary.BigEndian.Uint16(ip[2:]))
 		frag := binary.BigEndian.Uint16(ip[6:])
 		if ihl < 20 || tot < ihl+8 || tot > len(ip) || frag&0x3fff != 0 {
-			return errFrame
+			return ft, errFrame
 		}
 		udp = ip[ihl:tot]
-		if l.v6 {
-			*name = unix.RawSockaddrInet6{Family: unix.AF_INET6}
-			name.Addr[10], name.Addr[11] = 0xff, 0xff
-			copy(name.Addr[12:], ip[16:20])
-			if l.pktinfo {
-				l.setSource(i, ip[12:16], true)
-			}
-		} else {
-			sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
-			*sa = unix.RawSockaddrInet4{Family: unix.AF_INET}
-			copy(sa.Addr[:], ip[16:20])
-		}
+		ft.v4 = true
+		copy(ft.src[12:], ip[12:16])
+		copy(ft.dst[12:], ip[16:20])
 	case 0x86dd:
-		if !l.v6 {
-			return errFamily
-		}
 		if len(ip) < 48 || ip[0]>>4 != 6 || ip[6] != unix.IPPROTO_UDP {
-			return errFrame
+			return ft, errFrame
 		}
 		pl := int(binary.BigEndian.Uint16(ip[4:]))
 		if pl < 8 || 40+pl > len(ip) {
-			return errFrame
+			return ft, errFrame
 		}
 		udp = ip[40 : 40+pl]
-		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6}
-		copy(name.Addr[:], ip[24:40])
-		if l.pktinfo {
-			l.setSource(i, ip[8:24], false)
-		}
+		copy(ft.src[:], ip[8:24])
+		copy(ft.dst[:], ip[24:40])
 	default:
-		return errFrame
+		return ft, errFrame
 	}
 	ul := int(binary.BigEndian.Uint16(udp[4:]))
 	if ul < 8 || ul > len(udp) {
-		return errFrame
+		return ft, errFrame
 	}
-	// sin_port / sin6_port sit at the same offset, in network order.
-	p := (*[2]byte)(unsafe.Pointer(&name.Port))
-	binary.BigEndian.PutUint16(p[:], l.rport)
-	payload := udp[8:ul]
-	if len(payload) == 0 {
-		l.txIov[i].Base = nil
-	} else {
-		l.txIov[i].Base = &payload[0]
-	}
-	l.txIov[i].SetLen(len(payload))
-	return nil
-}
-
-// setSource writes the frame's source address into message i's IPV6_PKTINFO.
-func (l *Link) setSource(i int, src []byte, v4 bool) {
-	c := l.txCtl[i*cmsgRoom+unix.CmsgLen(0):]
-	pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&c[0]))
-	*pi = unix.Inet6Pktinfo{}
-	if v4 {
-		pi.Addr[10], pi.Addr[11] = 0xff, 0xff
-		copy(pi.Addr[12:], src)
-	} else {
-		copy(pi.Addr[:], src)
-	}
+	ft.payload = udp[8:ul]
+	return ft, nil
 }
 
 // flush sends the first n prepared messages.
