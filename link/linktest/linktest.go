@@ -65,6 +65,8 @@ func Run(t *testing.T, newPair NewPair) {
 		{"WaitArrival", testWaitArrival},
 		{"Close", testClose},
 		{"CloseWakesWait", testCloseWakesWait},
+		{"EmptyCalls", testEmptyCalls},
+		{"ReceivedFramesStable", testReceivedFramesStable},
 		{"NoAllocs", testNoAllocs},
 	}
 	for _, tc := range tests {
@@ -439,6 +441,62 @@ func testCloseWakesWait(t *testing.T, p Pair) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Wait(-1) did not return after a concurrent Close")
 	}
+}
+
+func testEmptyCalls(t *testing.T, p Pair) {
+	if err := p.A.Send(nil); err != nil {
+		t.Errorf("Send(nil): %v", err)
+	}
+	if n, err := p.B.Receive(nil); n != 0 || err != nil {
+		t.Errorf("Receive(nil) = %d, %v", n, err)
+	}
+	if n := p.A.Alloc(nil); n != 0 {
+		t.Errorf("Alloc(nil) = %d", n)
+	}
+	p.A.Free(nil)
+	a, b := p.ab()
+	transfer(t, a, b, []int{70}, 1)
+}
+
+// testReceivedFramesStable checks that received frames stay intact until
+// the next Receive, however many frames arrive meanwhile.
+func testReceivedFramesStable(t *testing.T, p Pair) {
+	a, b := p.ab()
+	first := buildFrames(a, b, []int{400, 401}, 10)
+	if err := sendRaw(a.l, first); err != nil {
+		t.Fatal(err)
+	}
+	synth := b.l.Props().SyntheticHeaders
+	frames := make([][]byte, 1)
+	deadline := time.Now().Add(Timeout)
+	for {
+		n, err := b.l.Receive(frames)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no frame received")
+		}
+		b.l.Wait(50 * time.Millisecond)
+	}
+	held := frames[0]
+	if !sameFrame(first[0], held, synth) {
+		t.Fatalf("first frame differs")
+	}
+	// More traffic, without calling Receive.
+	for i := range 4 {
+		if err := sendFrames(a, b, []int{400, 400, 400, 400}, uint32(100+10*i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !sameFrame(first[0], held, synth) {
+		t.Errorf("a received frame changed before the next Receive call")
+	}
+	drain(b.l)
 }
 
 func testNoAllocs(t *testing.T, p Pair) {
