@@ -1,0 +1,415 @@
+package qp
+
+import (
+	"encoding/binary"
+
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// The completer handles what comes back to a requester (IBA 9.7.5.1;
+// rxe_comp.c): ACKs, NAKs, READ responses and atomic ACKs. It completes send
+// WQEs, rewinds the requester for go-back-N, runs the local ACK timer and the
+// RNR wait, and turns NAKs into error completions.
+
+type completer struct {
+	head       uint32 // oldest WQE not retired
+	ackPSN     uint32 // oldest PSN not yet acknowledged (or answered)
+	deadline   int64  // local ACK timer (0: off)
+	retries    uint8  // retry_cnt left
+	rnrRetries uint8  // rnr_retry left (7: infinite)
+	gapPSN     uint32 // a retry for a lost response was started at this PSN
+	gapSet     bool
+}
+
+// compState is a stage of the completer.
+type compState uint8
+
+const (
+	compCheckPSN  compState = iota // is the packet about something outstanding?
+	compImplicit                   // acknowledge everything before it (IBA 9.7.5.1.1)
+	compCheckAck                   // classify: ACK, RNR NAK, NAK, READ response, atomic ACK
+	compAck                        // ACK: complete SEND/WRITE WQEs up to its PSN
+	compRead                       // place READ response data
+	compAtomic                     // place the atomic result
+	compRetry                      // go-back-N from comp.retryPSN
+	compRNR                        // RNR NAK: wait the timer, then resend
+	compError                      // NAK class C at the peer: complete in error, QP to Error
+	compDone                       // finished with the packet
+)
+
+var compStateNames = [...]string{"CHECK_PSN", "IMPLICIT", "CHECK_ACK", "ACK", "READ", "ATOMIC",
+	"RETRY", "RNR", "ERROR", "DONE"}
+
+func (s compState) String() string { return enumName(compStateNames[:], int(s), "compState") }
+
+// compAction is what the completer loop does after a stage.
+type compAction uint8
+
+const (
+	compActNone     compAction = iota
+	compActProgress            // the acknowledged PSN moved: reset retry counts and the timer
+	compActRewind              // resend from c.retry
+	compActFail                // complete the WQE with the status, QP to Error
+)
+
+// compPkt is the scratch of one completer run.
+type compPkt struct {
+	p      *wire.Packet
+	info   *wire.OpInfo
+	w      *sendWQE
+	retry  uint32
+	status WCStatus
+	// progressed: the implicit acknowledgement moved ackPSN.
+	progressed bool
+}
+
+func (q *QP) complete(p *wire.Packet, info *wire.OpInfo) {
+	k := compPkt{p: p, info: info}
+	st := compCheckPSN
+	for st != compDone {
+		var act compAction
+		switch st {
+		case compCheckPSN:
+			st = q.compCheckPSN(&k)
+		case compImplicit:
+			st, act = q.compImplicit(&k)
+		case compCheckAck:
+			st = q.compCheckAck(&k)
+		case compAck:
+			st, act = q.compAck(&k)
+		case compRead:
+			st, act = q.compRead(&k)
+		case compAtomic:
+			st, act = q.compAtomic(&k)
+		case compRetry:
+			st, act = q.compRetry(&k)
+		case compRNR:
+			st, act = q.compRNR(&k)
+		case compError:
+			st, act = compDone, compActFail
+		}
+		switch act {
+		case compActProgress:
+			q.comp.progress(q)
+		case compActRewind:
+			q.stats.inc(CtrRetransmits)
+			q.rewind(k.retry)
+		case compActFail:
+			if k.w != nil {
+				k.w.done, k.w.status = true, k.status
+			}
+			q.fail()
+			return
+		}
+	}
+}
+
+// compCheckPSN drops packets about nothing outstanding: PSNs before the
+// oldest unacknowledged one (minus one: a repeated ACK) or never sent.
+func (q *QP) compCheckPSN(k *compPkt) compState {
+	c, r := &q.comp, &q.req
+	psn := k.p.BTH.PSN
+	if !r.sent || !wire.PSNBefore(psn, r.maxPSN) || wire.PSNBefore(psn, wire.PSNAdd(c.ackPSN, wire.PSNMask)) {
+		q.stats.inc(CtrDropped)
+		return compDone
+	}
+	return compImplicit
+}
+
+// compImplicit: a response with PSN n acknowledges every request before n.
+// For a plain ACK that is done in compAck (it covers n itself too).
+func (q *QP) compImplicit(k *compPkt) (compState, compAction) {
+	if k.info.Kind == wire.KindAck && k.p.AETH.Type() == wire.SyndromeACK {
+		return compCheckAck, compActNone
+	}
+	prev := wire.PSNAdd(k.p.BTH.PSN, wire.PSNMask)
+	before := q.comp.ackPSN
+	retry, ok := q.ackThrough(prev)
+	k.progressed = before != q.comp.ackPSN
+	act := compActNone
+	if k.progressed {
+		act = compActProgress
+	}
+	if !ok {
+		k.retry = retry
+		return compRetry, act
+	}
+	return compCheckAck, act
+}
+
+// ackThrough marks SEND/WRITE WQEs whose last PSN is at or before last as
+// done and moves ackPSN. It stops at an unanswered READ/atomic WQE that
+// last covers: its response was lost, and it returns the PSN to resend
+// from with ok == false (rxe: an ACK past a READ means retry).
+func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
+	c, r := &q.comp, &q.req
+	posted := q.sqPosted.Load()
+	next := wire.PSNAdd(last, 1)
+	for i := c.head; i != posted; i++ {
+		w := &q.sq[i&q.sqMask]
+		if !w.started {
+			break
+		}
+		if w.done {
+			continue
+		}
+		if wire.PSNBefore(last, w.firstPSN) {
+			break
+		}
+		if w.opcode.isReadOrAtomic() {
+			if wire.PSNBefore(c.ackPSN, w.readPSN) {
+				c.ackPSN = w.readPSN
+			}
+			return w.readPSN, false
+		}
+		if wire.PSNBefore(last, w.lastPSN) {
+			break // partly acknowledged
+		}
+		w.done = true
+	}
+	if wire.PSNBefore(c.ackPSN, next) {
+		c.ackPSN = next
+	}
+	if wire.PSNBefore(r.psn, c.ackPSN) {
+		q.rewind(c.ackPSN) // a late ACK covered what we were about to resend
+	}
+	return 0, true
+}
+
+func (q *QP) compCheckAck(k *compPkt) compState {
+	switch k.info.Kind {
+	case wire.KindReadResponse:
+		return compRead
+	case wire.KindAtomicAck:
+		return compAtomic
+	}
+	a := k.p.AETH
+	switch a.Type() {
+	case wire.SyndromeACK:
+		return compAck
+	case wire.SyndromeRNR:
+		return compRNR
+	case wire.SyndromeNAK:
+		switch a.Syndrome {
+		case wire.NAKPSNSeqErr:
+			q.stats.inc(CtrSeqNAKsRecv)
+			k.retry = k.p.BTH.PSN
+			return compRetry
+		case wire.NAKInvalidRequest:
+			k.status = WCRemInvReqErr
+		case wire.NAKRemoteAccess:
+			k.status = WCRemAccessErr
+		case wire.NAKInvalidRDRequest:
+			k.status = WCRemInvRDReqErr
+		default:
+			k.status = WCRemOpErr
+		}
+		k.w = q.wqeAt(k.p.BTH.PSN)
+		return compError
+	}
+	q.stats.inc(CtrDropped)
+	return compDone
+}
+
+// wqeAt returns the outstanding WQE holding psn, or nil.
+func (q *QP) wqeAt(psn uint32) *sendWQE {
+	posted := q.sqPosted.Load()
+	for i := q.comp.head; i != posted; i++ {
+		w := &q.sq[i&q.sqMask]
+		if !w.started {
+			break
+		}
+		if !w.done && !wire.PSNBefore(psn, w.firstPSN) && !wire.PSNBefore(w.lastPSN, psn) {
+			return w
+		}
+	}
+	return nil
+}
+
+// oldest returns the oldest WQE not done, or nil.
+func (q *QP) oldest() *sendWQE {
+	posted := q.sqPosted.Load()
+	for i := q.comp.head; i != posted; i++ {
+		w := &q.sq[i&q.sqMask]
+		if !w.started {
+			return nil
+		}
+		if !w.done {
+			return w
+		}
+	}
+	return nil
+}
+
+func (q *QP) compAck(k *compPkt) (compState, compAction) {
+	before := q.comp.ackPSN
+	retry, ok := q.ackThrough(k.p.BTH.PSN)
+	if !ok {
+		k.retry = retry
+		return compRetry, compActNone
+	}
+	if before == q.comp.ackPSN {
+		return compDone, compActNone // a repeated ACK
+	}
+	return compDone, compActProgress
+}
+
+// compRead places one READ response (IBA 9.7.5.1.4): it must be the next one
+// the oldest READ WQE expects; one past it means responses were lost.
+func (q *QP) compRead(k *compPkt) (compState, compAction) {
+	w := q.oldest()
+	psn := k.p.BTH.PSN
+	if w == nil || w.opcode != WRRDMARead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN, psn) {
+		q.stats.inc(CtrDropped)
+		return compDone, compActNone
+	}
+	if psn != w.readPSN {
+		if wire.PSNBefore(psn, w.readPSN) {
+			q.stats.inc(CtrDropped) // duplicate
+			return compDone, compActNone
+		}
+		return q.gap(k, w.readPSN)
+	}
+	pmtu := uint64(q.e.pmtu)
+	off := uint64(wire.PSNDiff(psn, w.firstPSN)) * pmtu
+	n := uint64(len(k.p.Payload))
+	last := k.info.Pos == wire.PosLast || k.info.Pos == wire.PosOnly
+	if (!last && n != pmtu) || (last && off+n != w.length) || off+n > w.length {
+		k.w, k.status = w, WCBadRespErr // IBA 9.7.5.1.4: a response of the wrong length
+		return compError, compActNone
+	}
+	if st := q.sglCopy(w.sgl, off, k.p.Payload, true); st != WCSuccess {
+		k.w, k.status = w, st
+		return compError, compActNone
+	}
+	w.readPSN = wire.PSNAdd(psn, 1)
+	q.comp.ackPSN = w.readPSN
+	if last {
+		w.done = true
+	}
+	q.comp.gapSet = false
+	return compDone, compActProgress
+}
+
+// gap starts one go-back-N for a response that arrived past a lost one; more
+// packets past the same hole are dropped until it is filled.
+func (q *QP) gap(k *compPkt, from uint32) (compState, compAction) {
+	c := &q.comp
+	if c.gapSet && c.gapPSN == from {
+		q.stats.inc(CtrDropped)
+		return compDone, compActNone
+	}
+	c.gapSet, c.gapPSN = true, from
+	k.retry = from
+	return compRetry, compActNone
+}
+
+func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
+	w := q.oldest()
+	psn := k.p.BTH.PSN
+	if w == nil || !w.opcode.isAtomic() || psn != w.firstPSN {
+		if w != nil && w.opcode.isAtomic() && wire.PSNBefore(w.firstPSN, psn) {
+			return q.gap(k, w.firstPSN)
+		}
+		q.stats.inc(CtrDropped)
+		return compDone, compActNone
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], k.p.AtomicAck.Orig) // ibverbs: host order in memory
+	if st := q.sglCopy(w.sgl, 0, b[:], true); st != WCSuccess {
+		k.w, k.status = w, st
+		return compError, compActNone
+	}
+	w.done = true
+	w.readPSN = wire.PSNAdd(psn, 1)
+	q.comp.ackPSN = w.readPSN
+	q.comp.gapSet = false
+	return compDone, compActProgress
+}
+
+// compRetry resends from k.retry. A PSN sequence error NAK that acknowledged
+// nothing new spends one retry, as a timeout does (the transport retry
+// counter of IBA 9.7.5), so a peer that keeps NAKing the same PSN ends in
+// RETRY_EXC_ERR instead of a livelock.
+func (q *QP) compRetry(k *compPkt) (compState, compAction) {
+	c := &q.comp
+	if !k.progressed && k.info.Kind == wire.KindAck {
+		if c.retries == 0 {
+			k.w, k.status = q.oldest(), WCRetryExcErr
+			return compError, compActNone
+		}
+		c.retries--
+	}
+	return compDone, compActRewind
+}
+
+// compRNR waits the RNR timer of the NAK, then resends from its PSN
+// (IBA 9.7.5.2.8); rnr_retry 7 retries forever.
+func (q *QP) compRNR(k *compPkt) (compState, compAction) {
+	c := &q.comp
+	q.stats.inc(CtrRNRNAKsRecv)
+	if q.e.attr.RNRRetry != 7 {
+		if c.rnrRetries == 0 {
+			k.w, k.status = q.wqeAt(k.p.BTH.PSN), WCRNRRetryExcErr
+			return compError, compActNone
+		}
+		c.rnrRetries--
+	}
+	q.req.rnrUntil = q.e.now + rnrTimerNs[k.p.AETH.RNRTimer()]
+	if q.req.rnrUntil == 0 {
+		q.req.rnrUntil = 1
+	}
+	k.retry = k.p.BTH.PSN
+	c.deadline = 0
+	return compDone, compActRewind
+}
+
+// progress notes forward progress: retry counts start over, the timer
+// restarts (or stops when nothing is outstanding).
+func (c *completer) progress(q *QP) {
+	c.retries = q.e.attr.RetryCnt
+	if q.req.rnrUntil == 0 {
+		c.rnrRetries = q.e.attr.RNRRetry
+	}
+	c.deadline = 0
+	if q.outstanding() {
+		c.armTimer(q)
+	}
+}
+
+func (c *completer) armTimer(q *QP) {
+	if t := timeoutNs(q.e.attr.Timeout); t != 0 {
+		c.deadline = q.e.now + t
+	}
+}
+
+// outstanding reports whether a sent request is unanswered.
+func (q *QP) outstanding() bool {
+	return q.req.sent && wire.PSNBefore(q.comp.ackPSN, q.req.maxPSN)
+}
+
+// timers fires the local ACK timer (IBA 9.7.6.1.3): resend from the oldest
+// unacknowledged PSN while retry_cnt lasts, then RETRY_EXC_ERR.
+func (q *QP) timers() {
+	c := &q.comp
+	now := q.e.now
+	if c.deadline == 0 || now < c.deadline {
+		return
+	}
+	c.deadline = 0
+	if !q.outstanding() {
+		return
+	}
+	q.stats.inc(CtrTimeouts)
+	if c.retries == 0 {
+		if w := q.oldest(); w != nil {
+			w.done, w.status = true, WCRetryExcErr
+		}
+		q.fail()
+		return
+	}
+	c.retries--
+	c.gapSet = false
+	q.rewind(c.ackPSN)
+	c.armTimer(q)
+}

@@ -1,0 +1,368 @@
+package qp
+
+import (
+	"sync/atomic"
+
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// Output is where the engines put frames: the device's transmit batch.
+type Output interface {
+	// TxBuffer returns a transmit buffer (len ≥ path MTU + 58 bytes), or nil
+	// when none is free now.
+	TxBuffer() []byte
+	// TxCommit queues a frame, a prefix of a buffer from TxBuffer.
+	TxCommit(frame []byte)
+}
+
+// engine is the state shared by the three engines, owned by the progress
+// goroutine.
+type engine struct {
+	state   State
+	attr    Attr
+	ctlSeen uint32
+	pmtu    uint32
+	now     int64
+	hdr     wire.Packet // header template: addresses, ports, P_Key, dest QPN
+	pkt     wire.Packet // the packet being built
+	// errPending: a final NAK must go out before the QP falls silent.
+	finalNAK bool
+}
+
+// Counter indexes the counters of Stats.
+type Counter int
+
+// Counters.
+const (
+	CtrRetransmits   Counter = iota // packets sent again (go-back-N, RNR, timeout)
+	CtrTimeouts                     // local ACK timeouts
+	CtrSeqNAKsSent                  // PSN sequence error NAKs sent
+	CtrSeqNAKsRecv                  // PSN sequence error NAKs received
+	CtrRNRNAKsSent                  // RNR NAKs sent
+	CtrRNRNAKsRecv                  // RNR NAKs received
+	CtrDuplicates                   // duplicate requests received
+	CtrReplays                      // READ responses regenerated / atomic results replayed
+	CtrDropped                      // packets dropped (state, sequence, Q_Key, malformed, stale)
+	CtrErrNAKsSent                  // invalid request / remote access / remote op NAKs sent
+	CtrEncodeErrors                 // frames the engine failed to encode (a bug)
+	numCounters
+)
+
+var counterNames = [...]string{"retransmits", "timeouts", "seq_naks_sent", "seq_naks_recv",
+	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors"}
+
+func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
+
+// Stats are event counters of a queue pair, safe to read from any goroutine.
+type Stats struct{ c [numCounters]atomic.Uint64 }
+
+// Get returns one counter.
+func (s *Stats) Get(c Counter) uint64 { return s.c[c].Load() }
+
+func (s *Stats) inc(c Counter) { s.c[c].Add(1) }
+
+// Stats returns the queue pair's counters.
+func (q *QP) Stats() *Stats { return &q.stats }
+
+// applyCtl brings the engine up to date with Modify.
+func (q *QP) applyCtl() {
+	q.mu.Lock()
+	c := q.ctl
+	q.ctl = ctlRequest{}
+	q.e.attr = q.attr
+	target := q.state
+	q.e.ctlSeen = q.ctlGen.Load()
+	q.mu.Unlock()
+
+	if c.toError && c.reset && target != Error {
+		q.enterError()
+	}
+	if c.reset {
+		q.resetEngines(c.sqMark, c.rqMark)
+	}
+	e := &q.e
+	if target == Error {
+		if e.state != Error {
+			q.enterError()
+		}
+		return
+	}
+	if target >= RTR && e.state < RTR {
+		q.resp.epsn = e.attr.RQPSN
+	}
+	if target == RTS && e.state < RTS {
+		q.req.psn = e.attr.SQPSN
+		q.comp.ackPSN = e.attr.SQPSN
+		q.comp.retries = e.attr.RetryCnt
+		q.comp.rnrRetries = e.attr.RNRRetry
+	}
+	e.state = target
+	q.buildTemplate()
+}
+
+// buildTemplate prepares the header fields every packet of the QP shares.
+func (q *QP) buildTemplate() {
+	e := &q.e
+	mtu := e.attr.PathMTU
+	if !mtu.Valid() {
+		if q.typ == UD {
+			mtu = defaultUDMTU
+		} else {
+			mtu = wire.MTU1024
+		}
+	}
+	e.pmtu = uint32(mtu.Bytes())
+	if q.typ != UD && e.attr.AV.SrcIP.IsValid() {
+		sport := e.attr.AV.SrcPort
+		if sport == 0 {
+			sport = wire.SourcePort(q.qpn, e.attr.DestQPN)
+		}
+		setAddr(&e.hdr, &e.attr.AV, sport)
+		e.hdr.BTH.DestQPN = e.attr.DestQPN
+	}
+}
+
+// setAddr fills the Ethernet/IP/UDP fields of p from av.
+func setAddr(p *wire.Packet, av *AddressVector, sport uint16) {
+	p.DstMAC, p.SrcMAC = av.DstMAC, av.SrcMAC
+	p.HasVLAN, p.VLANTCI = av.VLAN != 0, av.VLAN
+	s, d := av.SrcIP.Unmap(), av.DstIP.Unmap()
+	p.IPv6 = !s.Is4()
+	p.SrcIP, p.DstIP = s, d
+	p.TOS = av.TOS
+	p.TTL = av.TTL
+	if p.TTL == 0 {
+		p.TTL = 64
+	}
+	p.IPID = 0
+	p.FlowLabel = 0
+	p.IPFlags = 0
+	if p.IPv6 {
+		p.FlowLabel = av.FlowLabel
+	} else {
+		p.IPFlags = wire.IPv4DontFragment
+	}
+	p.SrcPort, p.DstPort = sport, wire.UDPPort
+	p.UDPChecksum = 0
+	p.BTH.PKey = 0xFFFF
+}
+
+// Receive handles one received packet for this QP: p is decoded with its ICRC
+// checked and p.BTH.DestQPN == q.QPN(). Payload is copied out before Receive
+// returns. Frames Receive wants to send (ACKs, NAKs, READ responses) go out
+// from the next Progress, which the device must call after a batch of
+// Receives.
+func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
+	if q.ctlGen.Load() != q.e.ctlSeen {
+		q.applyCtl()
+	}
+	q.e.now = now
+	if q.e.state != RTR && q.e.state != RTS {
+		q.stats.inc(CtrDropped)
+		return
+	}
+	info, ok := p.BTH.Opcode.Info()
+	if !ok || !transportMatches(q.typ, info.Transport) {
+		q.stats.inc(CtrDropped)
+		return
+	}
+	if info.Request {
+		q.respond(p, &info)
+	} else if q.typ == RC && q.e.state == RTS {
+		q.complete(p, &info)
+		q.retire()
+	} else {
+		q.stats.inc(CtrDropped)
+	}
+}
+
+func transportMatches(t Type, tr wire.Transport) bool {
+	switch t {
+	case RC:
+		return tr == wire.RC
+	case UC:
+		return tr == wire.UC
+	}
+	return tr == wire.UD
+}
+
+// Progress runs the engines: it applies Modify, sends pending responses
+// (READ responses, atomic ACKs, ACK/NAK), sends what the requester's window
+// allows, fires due timers and produces completions. It returns the time
+// (ns, the clock of now) at which it wants to run again, now itself when it
+// stopped for lack of transmit buffers or budget, or 0 for no deadline.
+func (q *QP) Progress(now int64, out Output) int64 {
+	if q.ctlGen.Load() != q.e.ctlSeen {
+		q.applyCtl()
+	}
+	e := &q.e
+	e.now = now
+	switch e.state {
+	case Error:
+		if e.finalNAK && q.sendAck(out) {
+			e.finalNAK = false
+		}
+		q.flush()
+		if e.finalNAK {
+			return now
+		}
+		return 0
+	case RTR, RTS:
+	default:
+		return 0
+	}
+	more := !q.respProgress(out)
+	if e.state == RTS {
+		q.timers()
+		if e.state == RTS && !q.reqProgress(out) {
+			more = true
+		}
+		q.retire()
+	}
+	if e.state == Error {
+		q.flush()
+		if e.finalNAK {
+			return now
+		}
+		return 0
+	}
+	if more {
+		return now
+	}
+	return q.deadline()
+}
+
+// emit encodes e.pkt (n payload bytes already at buf[HeaderLen():]) and
+// commits it.
+func (q *QP) emit(out Output, buf []byte, n int) {
+	fl, err := q.e.pkt.EncodeInPlace(buf, n)
+	if err != nil {
+		q.stats.inc(CtrEncodeErrors)
+		return
+	}
+	out.TxCommit(buf[:fl])
+}
+
+// fail moves the QP to Error from the engine (IBA 10.3.1: a QP enters Error
+// on errors that prevent it from going on).
+func (q *QP) fail() {
+	q.mu.Lock()
+	if q.state != Reset {
+		q.state = Error
+	}
+	q.mu.Unlock()
+	q.enterError()
+}
+
+// enterError moves the engine to Error and flushes.
+func (q *QP) enterError() {
+	q.e.state = Error
+	q.resp.clearTx()
+	q.comp.deadline = 0
+	q.flush()
+}
+
+// flush completes every outstanding WQE (IBA 10.3.1 Error state: work
+// requests complete with flush errors).
+func (q *QP) flush() {
+	posted := q.sqPosted.Load()
+	for i := q.comp.head; i != posted; i++ {
+		w := &q.sq[i&q.sqMask]
+		if !w.done {
+			w.done, w.status = true, WCWRFlushErr
+		}
+	}
+	q.req.idx = posted
+	q.req.off = 0
+	q.retire()
+	rposted := q.rqPosted.Load()
+	for q.resp.rqHead != rposted {
+		r := &q.rq[q.resp.rqHead&q.rqMask]
+		wc := WC{ID: r.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		q.rcq.push(&wc)
+		q.resp.rqHead++
+		q.rqDone.Store(q.resp.rqHead)
+	}
+}
+
+// retire completes done send WQEs in order: a WC for signaled or failed ones.
+func (q *QP) retire() {
+	c := &q.comp
+	posted := q.sqPosted.Load()
+	for c.head != posted {
+		w := &q.sq[c.head&q.sqMask]
+		if !w.done {
+			break
+		}
+		if w.status != WCSuccess || w.flags&Signaled != 0 {
+			wc := WC{ID: w.id, Status: w.status, Opcode: w.opcode.wcOpcode(), QPN: q.qpn}
+			if w.status == WCSuccess && w.opcode == WRRDMARead {
+				wc.ByteLen = uint32(w.length)
+			}
+			q.scq.push(&wc)
+		}
+		if w.started && w.opcode.isReadOrAtomic() && q.req.rdAtomic > 0 {
+			q.req.rdAtomic--
+		}
+		w.started = false
+		c.head++
+		q.sqDone.Store(c.head)
+	}
+}
+
+// resetEngines discards WQEs posted before a reset and clears all state.
+func (q *QP) resetEngines(sqMark, rqMark uint32) {
+	q.req = requester{idx: sqMark}
+	q.comp = completer{head: sqMark}
+	for i := range q.sq {
+		q.sq[i].started, q.sq[i].done = false, false
+	}
+	q.sqDone.Store(sqMark)
+	q.resp.reset(rqMark)
+	q.rqDone.Store(rqMark)
+	q.e.state = Reset
+	q.e.finalNAK = false
+	q.initEngines()
+}
+
+func (q *QP) initEngines() {
+	if q.resp.res == nil {
+		q.resp.res = make([]resource, resSlots)
+	}
+	q.e.hdr = wire.Packet{}
+	q.e.hdr.BTH.PKey = 0xFFFF
+}
+
+// deadline returns the earliest timer of the QP (0: none).
+func (q *QP) deadline() int64 {
+	d := q.comp.deadline
+	if r := q.req.rnrUntil; r != 0 && (d == 0 || r < d) {
+		d = r
+	}
+	return d
+}
+
+// timeoutNs is the local ACK timeout, 4.096 µs × 2^t (IBA 9.7.6.1.3); 0 when
+// t == 0 (infinite).
+func timeoutNs(t uint8) int64 {
+	if t == 0 {
+		return 0
+	}
+	return 4096 << t
+}
+
+// rnrTimerNs is the RNR NAK timer of code t (IBA table 45), in ns.
+var rnrTimerNs = [32]int64{
+	655360000, 10000, 20000, 30000, 40000, 60000, 80000, 120000,
+	160000, 240000, 320000, 480000, 640000, 960000, 1280000, 1920000,
+	2560000, 3840000, 5120000, 7680000, 10240000, 15360000, 20480000, 30720000,
+	40960000, 61440000, 81920000, 122880000, 163840000, 245760000, 327680000, 491520000,
+}
+
+// npkts is the number of packets of a message of n bytes.
+func npkts(n uint64, pmtu uint32) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return uint32((n + uint64(pmtu) - 1) / uint64(pmtu))
+}

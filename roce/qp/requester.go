@@ -1,0 +1,357 @@
+package qp
+
+import (
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// The requester turns send WQEs into request packets (IBA 9.7.1; rxe_req.c):
+// it splits messages by the path MTU into FIRST/MIDDLE/LAST or ONLY packets,
+// keeps the send window and the READ/atomic limit, and resends from a PSN
+// when the completer rewinds it (go-back-N).
+
+const (
+	reqBudget   = 256 // packets per Progress call
+	ackReqEvery = 64  // AckReq at least every this many packets of a long message
+)
+
+type requester struct {
+	idx         uint32 // next WQE (free-running index) to transmit
+	off         uint64 // bytes of it already sent (READ: the restart offset)
+	psn         uint32 // PSN of the next packet
+	maxPSN      uint32 // one past the highest PSN ever sent (for retransmit counting)
+	sent        bool   // maxPSN valid
+	rdAtomic    int    // READ/atomic WQEs started and not retired
+	sinceAckReq uint32 // packets since the last AckReq
+	rnrUntil    int64  // after an RNR NAK: no transmission before this time
+
+	// scratch of the current step
+	buf []byte
+	n   int
+	w   *sendWQE
+}
+
+// reqState is a stage of the requester.
+type reqState uint8
+
+const (
+	reqGetWQE      reqState = iota // pick the WQE at req.idx
+	reqStartWQE                    // first packet of a WQE: fence, READ/atomic limit, local SGL, PSNs
+	reqCheckWindow                 // send window and RNR wait
+	reqBuild                       // build one packet into a transmit buffer
+	reqLocalError                  // local protection or length error on the WQE
+	reqWait                        // cannot send now: window, fence, limit, RNR wait
+	reqStarved                     // no transmit buffer or budget spent: run again soon
+	reqDone                        // nothing left to send
+)
+
+var reqStateNames = [...]string{"GET_WQE", "START_WQE", "CHECK_WINDOW", "BUILD", "LOCAL_ERROR",
+	"WAIT", "STARVED", "DONE"}
+
+func (s reqState) String() string { return enumName(reqStateNames[:], int(s), "reqState") }
+
+// reqAction is what the requester loop does after a stage.
+type reqAction uint8
+
+const (
+	reqActNone     reqAction = iota
+	reqActTransmit           // encode and commit the built packet, advance
+	reqActError              // complete the WQE with status, QP to Error
+)
+
+// reqProgress sends request packets; it reports false when it stopped for
+// lack of transmit buffers or budget.
+func (q *QP) reqProgress(out Output) bool {
+	r := &q.req
+	budget := reqBudget
+	st := reqGetWQE
+	var status WCStatus
+	for {
+		var act reqAction
+		switch st {
+		case reqGetWQE:
+			st = q.reqGetWQE()
+		case reqStartWQE:
+			st, status = q.reqStartWQE()
+		case reqCheckWindow:
+			st = q.reqCheckWindow()
+		case reqBuild:
+			if budget == 0 {
+				st = reqStarved
+				break
+			}
+			st, act, status = q.reqBuild(out)
+		case reqLocalError:
+			st, act = reqDone, reqActError
+		case reqWait, reqDone:
+			return true
+		case reqStarved:
+			return false
+		}
+		switch act {
+		case reqActTransmit:
+			budget--
+			q.emit(out, r.buf, r.n)
+			q.reqAdvance()
+		case reqActError:
+			r.w.done, r.w.status = true, status
+			q.fail()
+			return true
+		}
+	}
+}
+
+func (q *QP) reqGetWQE() reqState {
+	r := &q.req
+	if r.idx == q.sqPosted.Load() {
+		return reqDone
+	}
+	r.w = &q.sq[r.idx&q.sqMask]
+	if r.w.done { // acknowledged while queued for resending
+		r.idx++
+		r.off = 0
+		return reqGetWQE
+	}
+	if !r.w.started {
+		return reqStartWQE
+	}
+	return reqCheckWindow
+}
+
+func (q *QP) reqStartWQE() (reqState, WCStatus) {
+	r, w := &q.req, q.req.w
+	if q.typ == RC {
+		if w.flags&Fence != 0 && r.rdAtomic > 0 {
+			return reqWait, 0 // IBA 10.8.3.3: fenced until earlier READ/atomic complete
+		}
+		if w.opcode.isReadOrAtomic() && r.rdAtomic >= int(q.e.attr.MaxRdAtomic) {
+			return reqWait, 0
+		}
+	}
+	switch {
+	case w.opcode.isReadOrAtomic():
+		if !q.checkSGL(w.sgl, mr.LocalWrite) {
+			return reqLocalError, WCLocProtErr
+		}
+	case w.inline == nil:
+		if !q.checkSGL(w.sgl, 0) {
+			return reqLocalError, WCLocProtErr
+		}
+	}
+	w.started = true
+	w.firstPSN = r.psn
+	n := uint32(1)
+	if !w.opcode.isAtomic() {
+		n = npkts(w.length, q.e.pmtu)
+	}
+	w.lastPSN = wire.PSNAdd(r.psn, n-1)
+	w.readPSN = r.psn
+	r.off = 0
+	if w.opcode.isReadOrAtomic() {
+		r.rdAtomic++
+	}
+	return reqCheckWindow, 0
+}
+
+func (q *QP) reqCheckWindow() reqState {
+	r := &q.req
+	if q.typ != RC {
+		return reqBuild
+	}
+	if r.rnrUntil != 0 {
+		if q.e.now < r.rnrUntil {
+			return reqWait
+		}
+		r.rnrUntil = 0
+	}
+	if uint32(wire.PSNDiff(r.psn, q.comp.ackPSN)) >= q.window {
+		return reqWait
+	}
+	return reqBuild
+}
+
+// opcodes of SEND and WRITE by position: [only, first, middle, last].
+var (
+	rcSendOps  = [5]wire.Opcode{0, wire.RCSendOnly, wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast}
+	rcWriteOps = [5]wire.Opcode{0, wire.RCWriteOnly, wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast}
+)
+
+// requestOpcode is the opcode of packet pos of a message of w.
+func (q *QP) requestOpcode(w *sendWQE, pos wire.Position) wire.Opcode {
+	if q.typ == UD {
+		if w.opcode == WRSendImm {
+			return wire.UDSendOnlyImm
+		}
+		return wire.UDSendOnly
+	}
+	var op wire.Opcode
+	switch w.opcode {
+	case WRRDMAWrite, WRRDMAWriteImm:
+		op = rcWriteOps[pos]
+		if w.opcode == WRRDMAWriteImm {
+			switch pos {
+			case wire.PosOnly:
+				op = wire.RCWriteOnlyImm
+			case wire.PosLast:
+				op = wire.RCWriteLastImm
+			}
+		}
+	default:
+		op = rcSendOps[pos]
+		switch {
+		case w.opcode == WRSendImm && pos == wire.PosOnly:
+			op = wire.RCSendOnlyImm
+		case w.opcode == WRSendImm && pos == wire.PosLast:
+			op = wire.RCSendLastImm
+		case w.opcode == WRSendInv && pos == wire.PosOnly:
+			op = wire.RCSendOnlyInv
+		case w.opcode == WRSendInv && pos == wire.PosLast:
+			op = wire.RCSendLastInv
+		}
+	}
+	if q.typ == UC {
+		op |= 0x20
+	}
+	return op
+}
+
+func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
+	r, w, e := &q.req, q.req.w, &q.e
+	buf := out.TxBuffer()
+	if buf == nil {
+		return reqStarved, reqActNone, 0
+	}
+	p := &e.pkt
+	*p = e.hdr
+	if q.typ == UD {
+		sport := w.av.SrcPort
+		if sport == 0 {
+			sport = wire.UDSourcePort(q.qpn)
+		}
+		setAddr(p, &w.av, sport)
+		p.BTH.DestQPN = w.remoteQPN
+		qkey := w.remoteQKey
+		if qkey&0x80000000 != 0 {
+			qkey = e.attr.QKey
+		}
+		p.DETH = wire.DETH{QKey: qkey, SrcQPN: q.qpn}
+	}
+	p.BTH.PSN = r.psn
+	n := 0
+	last := true
+	switch {
+	case w.opcode == WRRDMARead:
+		p.BTH.Opcode = wire.RCReadRequest
+		p.RETH = wire.RETH{VA: w.remoteAddr + r.off, RKey: w.rkey, DMALen: uint32(w.length - r.off)}
+	case w.opcode.isAtomic():
+		p.BTH.Opcode = wire.RCFetchAdd
+		p.Atomic = wire.AtomicETH{VA: w.remoteAddr, RKey: w.rkey, SwapAdd: w.compareAdd}
+		if w.opcode == WRAtomicCmpSwp {
+			p.BTH.Opcode = wire.RCCompareSwap
+			p.Atomic.SwapAdd, p.Atomic.Compare = w.swap, w.compareAdd
+		}
+	default:
+		rest := w.length - r.off
+		pos := wire.PosOnly
+		switch {
+		case r.off == 0 && rest <= uint64(e.pmtu):
+		case r.off == 0:
+			pos, last = wire.PosFirst, false
+		case rest <= uint64(e.pmtu):
+			pos = wire.PosLast
+		default:
+			pos, last = wire.PosMiddle, false
+		}
+		n = int(min(rest, uint64(e.pmtu)))
+		p.BTH.Opcode = q.requestOpcode(w, pos)
+		if pos == wire.PosOnly || pos == wire.PosFirst {
+			if w.opcode == WRRDMAWrite || w.opcode == WRRDMAWriteImm {
+				p.RETH = wire.RETH{VA: w.remoteAddr, RKey: w.rkey, DMALen: uint32(w.length)}
+			}
+		}
+		if last {
+			p.ImmDt = w.imm
+			p.IETH = w.invRKey
+			p.BTH.SE = w.flags&Solicited != 0
+		}
+		hl := p.HeaderLen()
+		if hl+n+7 > len(buf) {
+			q.stats.inc(CtrEncodeErrors)
+			return reqLocalError, reqActNone, WCLocLenErr
+		}
+		dst := buf[hl : hl+n]
+		if w.inline != nil {
+			copy(dst, w.inline[r.off:])
+		} else if st := q.sglCopy(w.sgl, r.off, dst, false); st != WCSuccess {
+			return reqLocalError, reqActNone, st
+		}
+	}
+	if q.typ == RC {
+		r.sinceAckReq++
+		full := uint32(wire.PSNDiff(r.psn, q.comp.ackPSN))+1 >= q.window
+		if last || full || r.sinceAckReq >= ackReqEvery {
+			p.BTH.AckReq = true
+			r.sinceAckReq = 0
+		}
+	}
+	r.buf, r.n = buf, n
+	return reqGetWQE, reqActTransmit, 0
+}
+
+// reqAdvance moves past the packet just sent.
+func (q *QP) reqAdvance() {
+	r, w := &q.req, q.req.w
+	if r.sent && wire.PSNBefore(r.psn, r.maxPSN) {
+		q.stats.inc(CtrRetransmits)
+	}
+	switch {
+	case w.opcode == WRRDMARead:
+		r.psn = wire.PSNAdd(w.lastPSN, 1)
+		r.idx++
+		r.off = 0
+	case w.opcode.isAtomic():
+		r.psn = wire.PSNAdd(r.psn, 1)
+		r.idx++
+	default:
+		r.off += uint64(r.n)
+		r.psn = wire.PSNAdd(r.psn, 1)
+		if r.off >= w.length {
+			r.idx++
+			r.off = 0
+			if q.typ != RC {
+				w.done = true // UC/UD: complete once sent (IBA 9.8.4 / 9.8.5: no ACK)
+			}
+		}
+	}
+	if !r.sent || wire.PSNBefore(r.maxPSN, r.psn) {
+		r.maxPSN, r.sent = r.psn, true
+	}
+	if q.typ == RC && q.comp.deadline == 0 {
+		q.comp.armTimer(q)
+	}
+}
+
+// rewind positions the requester at psn (go-back-N resend, or skipping
+// ahead past what a late ACK covered). WQEs keep the PSNs they were given
+// when first started, so a resent packet carries the same PSN as before.
+func (q *QP) rewind(psn uint32) {
+	r := &q.req
+	posted := q.sqPosted.Load()
+	r.sinceAckReq = 0
+	for i := q.comp.head; i != posted; i++ {
+		w := &q.sq[i&q.sqMask]
+		if !w.started {
+			r.idx, r.off, r.psn = i, 0, psn
+			return
+		}
+		if w.done || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN, psn) {
+			continue
+		}
+		r.idx, r.psn, r.off = i, psn, 0
+		if !w.opcode.isAtomic() {
+			r.off = uint64(wire.PSNDiff(psn, w.firstPSN)) * uint64(q.e.pmtu)
+		}
+		return
+	}
+	r.idx, r.off, r.psn = posted, 0, psn
+}

@@ -1,0 +1,774 @@
+package qp
+
+import (
+	"encoding/binary"
+
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// The responder executes incoming requests (IBA 9.7.4 / 9.7.5.2; rxe_resp.c):
+// a validation pipeline (PSN, opcode sequence, operation allowed, resources,
+// lengths, rkey), then execution, completion and acknowledgement. Errors map
+// to the responder classes of IBA 9.9.3: class B (PSN sequence error: NAK,
+// no state change), class C (invalid request, remote access, remote
+// operational error: NAK, receive WQE in error, QP to Error), class D (drop
+// silently), and RNR (no receive WQE: RNR NAK, the requester retries).
+
+const (
+	resSlots = 2 * MaxRdAtomicLimit // READ/atomic resources kept for replay
+	ackEvery = 64                   // ACK at least every this many packets without AckReq
+)
+
+type seqKind uint8
+
+const (
+	seqNone  seqKind = iota // between messages
+	seqSend                 // inside a multi-packet SEND
+	seqWrite                // inside a multi-packet RDMA WRITE
+)
+
+type resKind uint8
+
+const (
+	resNone resKind = iota
+	resRead
+	resAtomic
+)
+
+// A resource is a READ or atomic request the responder answered: kept for
+// replaying duplicates (IBA 9.7.5.2.5: READ responses are regenerated,
+// atomic results replayed, never re-executed) and as the transmit state of
+// its responses.
+type resource struct {
+	kind              resKind
+	firstPSN, lastPSN uint32
+	msn               uint32
+	orig              uint64 // atomic: the value before the operation
+	// READ response transmission (of the original or a replayed request).
+	va     uint64
+	rkey   uint32
+	length uint64
+	txPSN  uint32
+	txOff  uint64
+	queued bool
+}
+
+type pendingAck struct {
+	want     bool
+	syndrome uint8
+	psn      uint32
+	msn      uint32
+}
+
+type responder struct {
+	epsn    uint32 // expected PSN
+	msn     uint32 // message sequence number (24 bits)
+	nakSent bool   // a PSN/RNR NAK went out: drop out-of-order packets until epsn comes
+	seq     seqKind
+	rqHead  uint32 // next receive WQE (free-running)
+	recvOff uint64 // bytes of the current SEND placed in rq[rqHead]
+	wVA     uint64 // current RDMA WRITE
+	wRKey   uint32
+	wLen    uint64
+	wOff    uint64
+	unacked uint32
+	ack     pendingAck
+
+	res     []resource
+	resNext int
+	txq     [resSlots]uint8 // resources waiting to transmit, FIFO
+	txHead  int
+	txN     int
+}
+
+func (r *responder) reset(rqMark uint32) {
+	res := r.res
+	*r = responder{rqHead: rqMark, res: res}
+	clear(r.res)
+}
+
+func (r *responder) clearTx() {
+	for i := range r.res {
+		r.res[i].queued = false
+	}
+	r.txHead, r.txN = 0, 0
+}
+
+func (r *responder) enqueue(i int) {
+	if r.res[i].queued {
+		return
+	}
+	r.res[i].queued = true
+	r.txq[(r.txHead+r.txN)%resSlots] = uint8(i)
+	r.txN++
+}
+
+// respState is a stage of the responder.
+type respState uint8
+
+const (
+	respCheckPSN      respState = iota // expected, duplicate or ahead
+	respCheckOpSeq                     // FIRST/MIDDLE/LAST order
+	respCheckOpValid                   // the QP allows the operation
+	respCheckResource                  // receive WQE (SEND, WRITE with immediate), READ/atomic slot
+	respCheckLength                    // payload length against the path MTU and the RETH
+	respCheckRKey                      // the memory a WRITE/READ/atomic names
+	respExecute                        // place data, run the atomic, queue READ responses
+	respAcknowledge                    // coalesced ACK
+	respDuplicate                      // a request already executed
+	respUD                             // a UD SEND: Q_Key, receive WQE, GRH area
+	respErrPSN                         // class B: PSN sequence error NAK, once
+	respErrRNR                         // no receive WQE: RNR NAK
+	respErrInvalid                     // class C: invalid request NAK
+	respErrAccess                      // class C: remote access error NAK
+	respErrOp                          // class C: remote operational error NAK
+	respDrop                           // class D: drop silently
+	respDone
+)
+
+var respStateNames = [...]string{"CHECK_PSN", "CHECK_OP_SEQ", "CHECK_OP_VALID", "CHECK_RESOURCE",
+	"CHECK_LENGTH", "CHECK_RKEY", "EXECUTE", "ACKNOWLEDGE", "DUPLICATE", "UD", "ERR_PSN", "ERR_RNR",
+	"ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS", "ERR_REMOTE_OP", "DROP", "DONE"}
+
+func (s respState) String() string { return enumName(respStateNames[:], int(s), "respState") }
+
+// respAction is what the responder loop does after a stage.
+type respAction uint8
+
+const (
+	respActNone respAction = iota
+	respActAck             // queue an ACK of k.p's PSN
+	respActNAK             // queue k.syndrome at k.nakPSN
+	respActFail            // class C: NAK, receive WQE in error, QP to Error
+)
+
+// respPkt is the scratch of one responder run.
+type respPkt struct {
+	p        *wire.Packet
+	info     *wire.OpInfo
+	syndrome uint8
+	nakPSN   uint32
+	status   WCStatus // receive WQE status on a class C error
+}
+
+func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
+	k := respPkt{p: p, info: info}
+	st := respCheckPSN
+	if q.typ == UD {
+		st = respUD
+	}
+	for st != respDone {
+		var act respAction
+		switch st {
+		case respCheckPSN:
+			st = q.respCheckPSN(&k)
+		case respCheckOpSeq:
+			st = q.respCheckOpSeq(&k)
+		case respCheckOpValid:
+			st = q.respCheckOpValid(&k)
+		case respCheckResource:
+			st = q.respCheckResource(&k)
+		case respCheckLength:
+			st = q.respCheckLength(&k)
+		case respCheckRKey:
+			st = q.respCheckRKey(&k)
+		case respExecute:
+			st = q.respExecute(&k)
+		case respAcknowledge:
+			st, act = q.respAcknowledge(&k)
+		case respDuplicate:
+			st, act = q.respDuplicate(&k)
+		case respUD:
+			st = q.respUD(&k)
+		case respErrPSN:
+			q.resp.nakSent = true
+			q.stats.inc(CtrSeqNAKsSent)
+			k.syndrome, k.nakPSN = wire.NAKPSNSeqErr, q.resp.epsn
+			st, act = respDone, respActNAK
+		case respErrRNR:
+			if q.typ != RC {
+				st = respDrop // UC: no receive WQE loses the message
+				break
+			}
+			q.resp.nakSent = true
+			q.stats.inc(CtrRNRNAKsSent)
+			k.syndrome, k.nakPSN = wire.RNRSyndrome(q.e.attr.MinRNRTimer), p.BTH.PSN
+			st, act = respDone, respActNAK
+		case respErrInvalid, respErrAccess, respErrOp:
+			if q.typ != RC {
+				st = respDrop // UC: errors drop the message (IBA 9.9.3, class D)
+				break
+			}
+			k.syndrome = wire.NAKInvalidRequest
+			if st == respErrAccess {
+				k.syndrome = wire.NAKRemoteAccess
+			} else if st == respErrOp {
+				k.syndrome = wire.NAKRemoteOp
+			}
+			k.nakPSN = p.BTH.PSN
+			st, act = respDone, respActFail
+		case respDrop:
+			q.stats.inc(CtrDropped)
+			if q.typ == UC {
+				q.resp.seq = seqNone // drop the rest of the message
+				q.resp.recvOff = 0
+			}
+			st = respDone
+		}
+		switch act {
+		case respActAck:
+			q.queueAck(wire.ACKSyndrome(wire.UnlimitedCredits), p.BTH.PSN)
+		case respActNAK:
+			q.queueAck(k.syndrome, k.nakPSN)
+		case respActFail:
+			q.stats.inc(CtrErrNAKsSent)
+			q.queueAck(k.syndrome, k.nakPSN)
+			q.e.finalNAK = true
+			if k.status != WCSuccess && q.resp.rqHead != q.rqPosted.Load() &&
+				(q.resp.seq == seqSend || k.status != WCRemInvReqErr) {
+				q.completeRecv(k.status, 0, nil)
+			}
+			q.fail()
+			return
+		}
+	}
+}
+
+func (q *QP) queueAck(syndrome uint8, psn uint32) {
+	r := &q.resp
+	r.ack = pendingAck{want: true, syndrome: syndrome, psn: psn, msn: r.msn}
+	r.unacked = 0
+}
+
+func (q *QP) respCheckPSN(k *respPkt) respState {
+	r := &q.resp
+	psn := k.p.BTH.PSN
+	d := wire.PSNDiff(psn, r.epsn)
+	if q.typ == UC {
+		if d != 0 { // UC: a gap loses the message under way (IBA 9.8.3)
+			r.seq, r.recvOff = seqNone, 0
+			r.epsn = psn
+		}
+		return respCheckOpSeq
+	}
+	switch {
+	case d == 0:
+		r.nakSent = false
+		return respCheckOpSeq
+	case d < 0:
+		return respDuplicate
+	case r.nakSent:
+		return respDrop
+	}
+	return respErrPSN
+}
+
+func (q *QP) respCheckOpSeq(k *respPkt) respState {
+	pos := k.info.Pos
+	cont := pos == wire.PosMiddle || pos == wire.PosLast
+	switch q.resp.seq {
+	case seqSend:
+		if !cont || k.info.Kind != wire.KindSend {
+			return respErrInvalid // missing LAST (class C)
+		}
+	case seqWrite:
+		if !cont || k.info.Kind != wire.KindWrite {
+			return respErrInvalid
+		}
+	default:
+		if cont {
+			if q.typ == UC {
+				q.resp.epsn = wire.PSNAdd(k.p.BTH.PSN, 1)
+				return respDrop // UC: wait for the next FIRST/ONLY
+			}
+			return respErrInvalid // missing FIRST (class C)
+		}
+	}
+	return respCheckOpValid
+}
+
+func (q *QP) respCheckOpValid(k *respPkt) respState {
+	acc := q.e.attr.Access
+	switch k.info.Kind {
+	case wire.KindWrite:
+		if acc&mr.RemoteWrite == 0 {
+			return respErrInvalid
+		}
+	case wire.KindReadRequest:
+		if acc&mr.RemoteRead == 0 {
+			return respErrInvalid
+		}
+	case wire.KindCompareSwap, wire.KindFetchAdd:
+		if acc&mr.RemoteAtomic == 0 {
+			return respErrInvalid
+		}
+	case wire.KindSend:
+	default:
+		return respDrop
+	}
+	return respCheckResource
+}
+
+func (q *QP) respCheckResource(k *respPkt) respState {
+	r := &q.resp
+	pos := k.info.Pos
+	first := pos == wire.PosFirst || pos == wire.PosOnly
+	last := pos == wire.PosLast || pos == wire.PosOnly
+	switch k.info.Kind {
+	case wire.KindSend:
+		if first && r.rqHead == q.rqPosted.Load() {
+			return respErrRNR
+		}
+	case wire.KindWrite:
+		if last && k.info.Headers&wire.HasImmDt != 0 && r.rqHead == q.rqPosted.Load() {
+			return respErrRNR
+		}
+	case wire.KindReadRequest, wire.KindCompareSwap, wire.KindFetchAdd:
+		if q.e.attr.MaxDestRdAtomic == 0 {
+			return respErrInvalid
+		}
+		if r.res[r.resNext].queued {
+			return respDrop // more outstanding than any honest requester may have
+		}
+	}
+	return respCheckLength
+}
+
+func (q *QP) respCheckLength(k *respPkt) respState {
+	r := &q.resp
+	n := uint64(len(k.p.Payload))
+	pmtu := uint64(q.e.pmtu)
+	switch k.info.Pos {
+	case wire.PosFirst, wire.PosMiddle:
+		if n != pmtu {
+			return respErrInvalid
+		}
+	case wire.PosLast, wire.PosOnly:
+		if n > pmtu {
+			return respErrInvalid
+		}
+	}
+	switch k.info.Kind {
+	case wire.KindWrite:
+		switch k.info.Pos {
+		case wire.PosOnly:
+			if n != uint64(k.p.RETH.DMALen) {
+				return respErrInvalid
+			}
+		case wire.PosFirst:
+			if uint64(k.p.RETH.DMALen) <= pmtu {
+				return respErrInvalid
+			}
+		case wire.PosMiddle:
+			if r.wOff+n >= r.wLen {
+				return respErrInvalid
+			}
+		case wire.PosLast:
+			if r.wOff+n != r.wLen {
+				return respErrInvalid
+			}
+		}
+	case wire.KindReadRequest:
+		if uint64(k.p.RETH.DMALen) > MaxMessage {
+			return respErrInvalid
+		}
+	case wire.KindCompareSwap, wire.KindFetchAdd:
+		if k.p.Atomic.VA%8 != 0 {
+			return respErrInvalid // misaligned atomic (class C)
+		}
+	}
+	return respCheckRKey
+}
+
+func (q *QP) respCheckRKey(k *respPkt) respState {
+	p := k.p
+	var err error
+	switch k.info.Kind {
+	case wire.KindWrite:
+		if (k.info.Pos == wire.PosFirst || k.info.Pos == wire.PosOnly) && p.RETH.DMALen > 0 {
+			_, err = q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteWrite)
+		}
+	case wire.KindReadRequest:
+		if p.RETH.DMALen > 0 {
+			_, err = q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead)
+		}
+	case wire.KindCompareSwap, wire.KindFetchAdd:
+		_, err = q.tbl.Remote(q.pd, p.Atomic.RKey, p.Atomic.VA, 8, mr.RemoteAtomic)
+	}
+	if err != nil {
+		return respErrAccess
+	}
+	return respExecute
+}
+
+func (q *QP) respExecute(k *respPkt) respState {
+	r := &q.resp
+	p := k.p
+	pos := k.info.Pos
+	last := pos == wire.PosLast || pos == wire.PosOnly
+	switch k.info.Kind {
+	case wire.KindSend:
+		if pos == wire.PosFirst || pos == wire.PosOnly {
+			r.recvOff = 0
+		}
+		rqe := &q.rq[r.rqHead&q.rqMask]
+		if st := q.sglCopy(rqe.sgl, r.recvOff, p.Payload, true); st != WCSuccess {
+			k.status = st
+			if st == WCLocLenErr {
+				return respErrInvalid // message longer than the receive buffer
+			}
+			return respErrOp
+		}
+		r.recvOff += uint64(len(p.Payload))
+		r.epsn = wire.PSNAdd(r.epsn, 1)
+		r.seq = seqSend
+		if last {
+			r.seq = seqNone
+			r.msn = (r.msn + 1) & wire.PSNMask
+			wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
+			if k.info.Headers&wire.HasImmDt != 0 {
+				wc.ImmData, wc.WithImm = p.ImmDt, true
+			}
+			if k.info.Headers&wire.HasIETH != 0 {
+				wc.ImmData, wc.WithInv = p.IETH, true
+				q.tbl.InvalidateRKey(q.pd, p.IETH) // a stale key stays refused either way
+			}
+			q.pushRecv(&wc)
+		}
+	case wire.KindWrite:
+		if pos == wire.PosFirst || pos == wire.PosOnly {
+			r.wVA, r.wRKey, r.wLen, r.wOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), 0
+		}
+		if n := uint64(len(p.Payload)); n > 0 {
+			b, err := q.tbl.Remote(q.pd, r.wRKey, r.wVA+r.wOff, n, mr.RemoteWrite)
+			if err != nil {
+				return respErrAccess // deregistered since the first packet
+			}
+			copy(b, p.Payload)
+			r.wOff += n
+		}
+		r.epsn = wire.PSNAdd(r.epsn, 1)
+		r.seq = seqWrite
+		if last {
+			r.seq = seqNone
+			r.msn = (r.msn + 1) & wire.PSNMask
+			if k.info.Headers&wire.HasImmDt != 0 {
+				rqe := &q.rq[r.rqHead&q.rqMask]
+				wc := WC{ID: rqe.id, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), ImmData: p.ImmDt,
+					WithImm: true, QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
+				q.pushRecv(&wc)
+			}
+		}
+	case wire.KindReadRequest:
+		n := npkts(uint64(p.RETH.DMALen), q.e.pmtu)
+		r.msn = (r.msn + 1) & wire.PSNMask
+		i := r.newResource(resRead, p.BTH.PSN, wire.PSNAdd(p.BTH.PSN, n-1))
+		x := &r.res[i]
+		x.va, x.rkey, x.length, x.txPSN, x.txOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), p.BTH.PSN, 0
+		r.enqueue(i)
+		r.epsn = wire.PSNAdd(r.epsn, n)
+		r.ack.want = false // the responses acknowledge what came before
+	case wire.KindCompareSwap, wire.KindFetchAdd:
+		b, err := q.tbl.Remote(q.pd, p.Atomic.RKey, p.Atomic.VA, 8, mr.RemoteAtomic)
+		if err != nil {
+			return respErrAccess
+		}
+		orig := binary.NativeEndian.Uint64(b) // host order, as ibverbs keeps it
+		v := orig + p.Atomic.SwapAdd
+		if k.info.Kind == wire.KindCompareSwap {
+			v = orig
+			if orig == p.Atomic.Compare {
+				v = p.Atomic.SwapAdd
+			}
+		}
+		binary.NativeEndian.PutUint64(b, v)
+		r.msn = (r.msn + 1) & wire.PSNMask
+		i := r.newResource(resAtomic, p.BTH.PSN, p.BTH.PSN)
+		r.res[i].orig = orig
+		r.enqueue(i)
+		r.epsn = wire.PSNAdd(r.epsn, 1)
+		r.ack.want = false
+	}
+	return respAcknowledge
+}
+
+func (r *responder) newResource(kind resKind, first, last uint32) int {
+	i := r.resNext
+	r.resNext = (r.resNext + 1) % resSlots
+	r.res[i] = resource{kind: kind, firstPSN: first, lastPSN: last, msn: r.msn}
+	return i
+}
+
+// pushRecv completes the receive WQE at the head of the receive queue.
+func (q *QP) pushRecv(wc *WC) {
+	r := &q.resp
+	q.rcq.push(wc)
+	r.rqHead++
+	q.rqDone.Store(r.rqHead)
+	r.recvOff = 0
+}
+
+// completeRecv completes the receive WQE at the head in error.
+func (q *QP) completeRecv(st WCStatus, n uint32, _ *wire.Packet) {
+	wc := WC{ID: q.rq[q.resp.rqHead&q.rqMask].id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn}
+	q.pushRecv(&wc)
+}
+
+// respAcknowledge coalesces ACKs: one when the requester asks (AckReq) or
+// every ackEvery packets; READ and atomic requests are answered by their
+// responses.
+func (q *QP) respAcknowledge(k *respPkt) (respState, respAction) {
+	if q.typ != RC {
+		return respDone, respActNone
+	}
+	switch k.info.Kind {
+	case wire.KindReadRequest, wire.KindCompareSwap, wire.KindFetchAdd:
+		return respDone, respActNone
+	}
+	r := &q.resp
+	r.unacked++
+	if k.p.BTH.AckReq || r.unacked >= ackEvery {
+		return respDone, respActAck
+	}
+	return respDone, respActNone
+}
+
+// respDuplicate answers a request already executed (IBA 9.7.5.2.5): SEND and
+// WRITE are acknowledged again, READ responses regenerated from memory,
+// atomic results replayed from the resource cache, never re-executed.
+func (q *QP) respDuplicate(k *respPkt) (respState, respAction) {
+	r := &q.resp
+	p := k.p
+	q.stats.inc(CtrDuplicates)
+	switch k.info.Kind {
+	case wire.KindSend, wire.KindWrite:
+		if p.BTH.AckReq {
+			k.syndrome, k.nakPSN = wire.ACKSyndrome(wire.UnlimitedCredits), wire.PSNAdd(r.epsn, wire.PSNMask)
+			return respDone, respActNAK
+		}
+		return respDone, respActNone
+	case wire.KindReadRequest:
+		for i := range r.res {
+			x := &r.res[i]
+			if x.kind != resRead || !wire.PSNInWindow(p.BTH.PSN, x.firstPSN, uint32(wire.PSNDiff(x.lastPSN, x.firstPSN))+1) {
+				continue
+			}
+			n := npkts(uint64(p.RETH.DMALen), q.e.pmtu)
+			if wire.PSNBefore(x.lastPSN, wire.PSNAdd(p.BTH.PSN, n-1)) {
+				return respDrop, respActNone // asks for more than the original
+			}
+			if p.RETH.DMALen > 0 {
+				if _, err := q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead); err != nil {
+					return respDrop, respActNone
+				}
+			}
+			x.va, x.rkey, x.length, x.txPSN, x.txOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), p.BTH.PSN, 0
+			q.stats.inc(CtrReplays)
+			r.enqueue(i)
+			return respDone, respActNone
+		}
+	case wire.KindCompareSwap, wire.KindFetchAdd:
+		for i := range r.res {
+			x := &r.res[i]
+			if x.kind == resAtomic && x.firstPSN == p.BTH.PSN {
+				q.stats.inc(CtrReplays)
+				r.enqueue(i)
+				return respDone, respActNone
+			}
+		}
+	}
+	return respDrop, respActNone
+}
+
+// respUD receives a UD SEND: Q_Key check, then the
+// 40-byte GRH area and the payload into the next receive WQE.
+func (q *QP) respUD(k *respPkt) respState {
+	r := &q.resp
+	p := k.p
+	if k.info.Kind != wire.KindSend || p.DETH.QKey != q.e.attr.QKey {
+		return respDrop // Q_Key violation: silently dropped (IBA 10.2.4)
+	}
+	if r.rqHead == q.rqPosted.Load() {
+		return respDrop // UD has no RNR: the datagram is lost
+	}
+	rqe := &q.rq[r.rqHead&q.rqMask]
+	var grh [GRHLen]byte
+	buildGRH(&grh, p)
+	n := uint64(len(p.Payload))
+	if GRHLen+n > rqe.length {
+		q.completeRecv(WCLocLenErr, 0, p)
+		return respDone
+	}
+	if st := q.sglCopy(rqe.sgl, 0, grh[:], true); st != WCSuccess {
+		q.completeRecv(st, 0, p)
+		return respDone
+	}
+	if st := q.sglCopy(rqe.sgl, GRHLen, p.Payload, true); st != WCSuccess {
+		q.completeRecv(st, 0, p)
+		return respDone
+	}
+	wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(GRHLen + n), GRH: true, QPN: q.qpn, SrcQPN: p.DETH.SrcQPN}
+	if k.info.Headers&wire.HasImmDt != 0 {
+		wc.ImmData, wc.WithImm = p.ImmDt, true
+	}
+	q.pushRecv(&wc)
+	return respDone
+}
+
+// buildGRH writes the GRH area of a UD receive buffer as rxe does: for IPv6
+// the IPv6 header; for IPv4, 20 zero bytes then the IPv4 header.
+func buildGRH(g *[GRHLen]byte, p *wire.Packet) {
+	l2 := 14
+	if p.HasVLAN {
+		l2 += 4
+	}
+	if p.IPv6 {
+		h := g[:]
+		binary.BigEndian.PutUint32(h, 6<<28|uint32(p.TOS)<<20|p.FlowLabel)
+		binary.BigEndian.PutUint16(h[4:], uint16(p.FrameLen()-l2-40))
+		h[6] = 17
+		h[7] = p.TTL
+		s, d := p.SrcIP.As16(), p.DstIP.As16()
+		copy(h[8:24], s[:])
+		copy(h[24:40], d[:])
+		return
+	}
+	*g = [GRHLen]byte{}
+	h := g[20:]
+	h[0] = 0x45
+	h[1] = p.TOS
+	binary.BigEndian.PutUint16(h[2:], uint16(p.FrameLen()-l2))
+	binary.BigEndian.PutUint16(h[4:], p.IPID)
+	h[6] = p.IPFlags << 5
+	h[8] = p.TTL
+	h[9] = 17
+	s, d := p.SrcIP.As4(), p.DstIP.As4()
+	copy(h[12:16], s[:])
+	copy(h[16:20], d[:])
+	binary.BigEndian.PutUint16(h[10:], wire.IPv4Checksum(h))
+}
+
+// respProgress transmits queued READ responses and atomic ACKs, then the
+// pending ACK/NAK. It reports false when it ran out of transmit buffers or
+// budget.
+func (q *QP) respProgress(out Output) bool {
+	r := &q.resp
+	budget := reqBudget
+	for r.txN > 0 {
+		i := int(r.txq[r.txHead])
+		x := &r.res[i]
+		if x.kind == resAtomic {
+			if !q.sendAtomicAck(out, x) {
+				return false
+			}
+		} else {
+			for x.txOff < x.length || (x.length == 0 && x.txOff == 0 && x.queued) {
+				if budget == 0 {
+					return false
+				}
+				ok, fail := q.sendReadResponse(out, x)
+				if fail {
+					return true
+				}
+				if !ok {
+					return false
+				}
+				budget--
+				if x.length == 0 {
+					break
+				}
+			}
+		}
+		x.queued = false
+		r.txHead = (r.txHead + 1) % resSlots
+		r.txN--
+	}
+	if r.ack.want {
+		return q.sendAck(out)
+	}
+	return true
+}
+
+// sendAck transmits the pending ACK/NAK; false when no buffer is free.
+func (q *QP) sendAck(out Output) bool {
+	r := &q.resp
+	buf := out.TxBuffer()
+	if buf == nil {
+		return false
+	}
+	p := &q.e.pkt
+	*p = q.e.hdr
+	p.BTH.Opcode = wire.RCAck
+	p.BTH.PSN = r.ack.psn
+	p.AETH = wire.AETH{Syndrome: r.ack.syndrome, MSN: r.ack.msn}
+	q.emit(out, buf, 0)
+	r.ack.want = false
+	return true
+}
+
+func (q *QP) sendAtomicAck(out Output, x *resource) bool {
+	buf := out.TxBuffer()
+	if buf == nil {
+		return false
+	}
+	p := &q.e.pkt
+	*p = q.e.hdr
+	p.BTH.Opcode = wire.RCAtomicAck
+	p.BTH.PSN = x.firstPSN
+	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(wire.UnlimitedCredits), MSN: x.msn}
+	p.AtomicAck.Orig = x.orig
+	q.emit(out, buf, 0)
+	return true
+}
+
+var readRespOps = [5]wire.Opcode{0, wire.RCReadResponseOnly, wire.RCReadResponseFirst,
+	wire.RCReadResponseMiddle, wire.RCReadResponseLast}
+
+// sendReadResponse transmits the next READ response packet of x. ok is false
+// when no buffer is free; fail is true when the memory is gone (the QP is
+// then in Error).
+func (q *QP) sendReadResponse(out Output, x *resource) (ok, fail bool) {
+	buf := out.TxBuffer()
+	if buf == nil {
+		return false, false
+	}
+	pmtu := uint64(q.e.pmtu)
+	rest := x.length - x.txOff
+	pos := wire.PosOnly
+	switch {
+	case x.txOff == 0 && rest <= pmtu:
+	case x.txOff == 0:
+		pos = wire.PosFirst
+	case rest <= pmtu:
+		pos = wire.PosLast
+	default:
+		pos = wire.PosMiddle
+	}
+	n := min(rest, pmtu)
+	p := &q.e.pkt
+	*p = q.e.hdr
+	p.BTH.Opcode = readRespOps[pos]
+	p.BTH.PSN = x.txPSN
+	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(wire.UnlimitedCredits), MSN: x.msn}
+	hl := p.HeaderLen()
+	if n > 0 {
+		m, err := q.tbl.Remote(q.pd, x.rkey, x.va+x.txOff, n, mr.RemoteRead)
+		if err != nil || hl+int(n)+7 > len(buf) {
+			// Deregistered while being read: remote access error (class C).
+			q.stats.inc(CtrErrNAKsSent)
+			q.queueAck(wire.NAKRemoteAccess, x.txPSN)
+			q.e.finalNAK = true
+			q.fail()
+			return false, true
+		}
+		copy(buf[hl:], m)
+	}
+	q.emit(out, buf, int(n))
+	x.txOff += n
+	x.txPSN = wire.PSNAdd(x.txPSN, 1)
+	if x.length == 0 {
+		x.txOff = 1 // sent the one empty response
+	}
+	return true, false
+}

@@ -1,0 +1,187 @@
+package qp
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// WCStatus is the status of a work completion, with ibverbs' values.
+type WCStatus uint8
+
+// Work completion statuses (enum ibv_wc_status).
+const (
+	WCSuccess WCStatus = iota
+	WCLocLenErr
+	WCLocQPOpErr
+	WCLocEECOpErr
+	WCLocProtErr
+	WCWRFlushErr
+	WCMWBindErr
+	WCBadRespErr
+	WCLocAccessErr
+	WCRemInvReqErr
+	WCRemAccessErr
+	WCRemOpErr
+	WCRetryExcErr
+	WCRNRRetryExcErr
+	WCLocRDDViolErr
+	WCRemInvRDReqErr
+	WCRemAbortErr
+	WCInvEECNErr
+	WCInvEECStateErr
+	WCFatalErr
+	WCRespTimeoutErr
+	WCGeneralErr
+)
+
+var wcStatusNames = [...]string{"IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_QP_OP_ERR",
+	"IBV_WC_LOC_EEC_OP_ERR", "IBV_WC_LOC_PROT_ERR", "IBV_WC_WR_FLUSH_ERR", "IBV_WC_MW_BIND_ERR",
+	"IBV_WC_BAD_RESP_ERR", "IBV_WC_LOC_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR", "IBV_WC_REM_ACCESS_ERR",
+	"IBV_WC_REM_OP_ERR", "IBV_WC_RETRY_EXC_ERR", "IBV_WC_RNR_RETRY_EXC_ERR", "IBV_WC_LOC_RDD_VIOL_ERR",
+	"IBV_WC_REM_INV_RD_REQ_ERR", "IBV_WC_REM_ABORT_ERR", "IBV_WC_INV_EECN_ERR",
+	"IBV_WC_INV_EEC_STATE_ERR", "IBV_WC_FATAL_ERR", "IBV_WC_RESP_TIMEOUT_ERR", "IBV_WC_GENERAL_ERR"}
+
+// String returns the ibverbs name, "IBV_WC_SUCCESS" style.
+func (s WCStatus) String() string { return enumName(wcStatusNames[:], int(s), "WCStatus") }
+
+// WCOpcode is the operation a work completion reports. The zero value is
+// invalid.
+type WCOpcode uint8
+
+// Work completion opcodes (enum ibv_wc_opcode).
+const (
+	WCSend WCOpcode = iota + 1
+	WCRDMAWrite
+	WCRDMARead
+	WCCompSwap
+	WCFetchAdd
+	WCRecv
+	WCRecvRDMAWithImm
+)
+
+var wcOpcodeNames = [...]string{"WCOpcode(0)", "IBV_WC_SEND", "IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ",
+	"IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD", "IBV_WC_RECV", "IBV_WC_RECV_RDMA_WITH_IMM"}
+
+func (o WCOpcode) String() string { return enumName(wcOpcodeNames[:], int(o), "WCOpcode") }
+
+// A WC is a work completion (ibv_wc).
+type WC struct {
+	ID      uint64 // wr_id of the work request
+	Status  WCStatus
+	Opcode  WCOpcode // valid for every status on send WCs, and on successful receive WCs
+	ByteLen uint32   // received bytes (receive WCs; UD: including the 40-byte GRH area)
+	ImmData uint32   // immediate data (WithImm) or the invalidated rkey (WithInv)
+	WithImm bool     // IBV_WC_WITH_IMM
+	WithInv bool     // IBV_WC_WITH_INV
+	GRH     bool     // IBV_WC_GRH: the buffer starts with a GRH area (UD)
+	QPN     uint32   // the local queue pair
+	SrcQPN  uint32   // the remote queue pair (UD receive WCs)
+}
+
+// ErrCQOverflow reports that a completion queue was full when a completion
+// arrived: at least one completion is lost and the queue stays in error.
+var ErrCQOverflow = errors.New("qp: completion queue overflow")
+
+// A CQ is a completion queue. Poll and Wait are safe for concurrent use, also
+// with the engine adding completions.
+type CQ struct {
+	mu     sync.Mutex
+	ring   []WC
+	head   int // index of the oldest WC
+	n      int
+	lost   uint64 // completions that did not fit
+	notify chan struct{}
+}
+
+// NewCQ returns a completion queue holding up to depth completions
+// (depth < 1 is taken as 1).
+func NewCQ(depth int) *CQ {
+	if depth < 1 {
+		depth = 1
+	}
+	return &CQ{ring: make([]WC, depth), notify: make(chan struct{}, 1)}
+}
+
+// Depth returns the capacity.
+func (c *CQ) Depth() int { return len(c.ring) }
+
+// Len returns the number of completions waiting.
+func (c *CQ) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Poll moves up to len(wcs) completions into wcs, oldest first, and returns
+// how many. It never blocks. Once the queue has overflowed, every call
+// returns the completions still held together with ErrCQOverflow.
+func (c *CQ) Poll(wcs []WC) (int, error) {
+	c.mu.Lock()
+	n := 0
+	for n < len(wcs) && c.n > 0 {
+		wcs[n] = c.ring[c.head]
+		c.head++
+		if c.head == len(c.ring) {
+			c.head = 0
+		}
+		c.n--
+		n++
+	}
+	lost := c.lost
+	c.mu.Unlock()
+	if lost != 0 {
+		return n, ErrCQOverflow
+	}
+	return n, nil
+}
+
+// Wait blocks until at least one completion is available (or the queue
+// overflowed), then polls like Poll. It returns ctx.Err() when ctx ends
+// first.
+func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	if len(wcs) == 0 {
+		return 0, errors.New("qp: cq wait: empty slice")
+	}
+	for {
+		n, err := c.Poll(wcs)
+		if n > 0 || err != nil {
+			if c.Len() > 0 {
+				c.wake() // let another waiter take the rest
+			}
+			return n, err
+		}
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// push adds one completion; it reports false if the queue was full.
+func (c *CQ) push(wc *WC) bool {
+	c.mu.Lock()
+	if c.n == len(c.ring) {
+		c.lost++
+		c.mu.Unlock()
+		c.wake()
+		return false
+	}
+	i := c.head + c.n
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	c.ring[i] = *wc
+	c.n++
+	c.mu.Unlock()
+	c.wake()
+	return true
+}
+
+func (c *CQ) wake() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,82 @@
+package qp
+
+import "github.com/xdproce/xdproce/roce/mr"
+
+// WROpcode is the operation of a send work request. The zero value is
+// invalid.
+type WROpcode uint8
+
+// Send work request opcodes (enum ibv_wr_opcode).
+const (
+	WRRDMAWrite WROpcode = iota + 1
+	WRRDMAWriteImm
+	WRSend
+	WRSendImm
+	WRRDMARead
+	WRAtomicCmpSwp
+	WRAtomicFetchAdd
+	WRSendInv
+)
+
+var wrOpcodeNames = [...]string{"WROpcode(0)", "IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE_WITH_IMM",
+	"IBV_WR_SEND", "IBV_WR_SEND_WITH_IMM", "IBV_WR_RDMA_READ", "IBV_WR_ATOMIC_CMP_AND_SWP",
+	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV"}
+
+func (o WROpcode) String() string { return enumName(wrOpcodeNames[:], int(o), "WROpcode") }
+
+// wcOpcode is the send completion opcode of o.
+func (o WROpcode) wcOpcode() WCOpcode {
+	switch o {
+	case WRRDMAWrite, WRRDMAWriteImm:
+		return WCRDMAWrite
+	case WRRDMARead:
+		return WCRDMARead
+	case WRAtomicCmpSwp:
+		return WCCompSwap
+	case WRAtomicFetchAdd:
+		return WCFetchAdd
+	}
+	return WCSend
+}
+
+func (o WROpcode) isReadOrAtomic() bool {
+	return o == WRRDMARead || o == WRAtomicCmpSwp || o == WRAtomicFetchAdd
+}
+
+func (o WROpcode) isAtomic() bool { return o == WRAtomicCmpSwp || o == WRAtomicFetchAdd }
+
+// SendFlags modify a send work request (enum ibv_send_flags).
+type SendFlags uint8
+
+// Send flags.
+const (
+	Fence     SendFlags = 1 << iota // wait for earlier READ/atomic WRs to complete first
+	Signaled                        // produce a completion on success (errors always do)
+	Solicited                       // set the solicited event bit on the last packet
+	Inline                          // copy the payload at post; SGE memory may be reused at once
+)
+
+// A SendWR is a send work request (ibv_send_wr). PostSend copies it.
+type SendWR struct {
+	ID     uint64
+	Opcode WROpcode
+	Flags  SendFlags
+	SGL    []mr.SGE // local memory: the payload, or where READ data / the atomic result lands
+	Imm    uint32   // immediate data (WRSendImm, WRRDMAWriteImm), host order
+
+	RemoteAddr uint64 // RDMA and atomic: the peer's VA (8-byte aligned for atomics)
+	RKey       uint32 // RDMA and atomic: the peer's rkey
+	CompareAdd uint64 // atomic: the compare value (WRAtomicCmpSwp) or the addend (WRAtomicFetchAdd)
+	Swap       uint64 // WRAtomicCmpSwp: the value written when the compare matches
+	InvRKey    uint32 // WRSendInv: the peer's rkey to invalidate
+
+	AH         *AddressVector // UD: where to send
+	RemoteQPN  uint32         // UD: destination QPN
+	RemoteQKey uint32         // UD: Q_Key; with the high bit set the QP's own Q_Key is used
+}
+
+// A RecvWR is a receive work request (ibv_recv_wr). PostRecv copies it.
+type RecvWR struct {
+	ID  uint64
+	SGL []mr.SGE
+}
