@@ -202,7 +202,7 @@ func (d *dumper) file(ctx context.Context, i int, name string) error {
 				if rec.ICRC != nil && !rec.ICRC.OK && rec.Error == "" {
 					d.badICRC++
 				}
-				d.env.Log.Warn("bad RoCE frame", "file", name, "frame", rec.Index, "error", rec.Error)
+				d.env.Log.Info("bad RoCE frame", "file", name, "frame", rec.Index, "error", rec.Error)
 			}
 		}
 		if !d.filter.Match(rec) {

@@ -1,0 +1,360 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// binary is the xdproce executable TestMain builds once.
+var binary string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "xdproce-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "xdproce")
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(goTool, "build", "-o", binary, "github.com/xdproce/xdproce/cmd/xdproce")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building xdproce: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run calls Run with captured output.
+func run(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	err = Run(context.Background(), args, &o, &e)
+	return o.String(), e.String(), err
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-help"}, {"help"}} {
+		out, errOut, err := run(t, args...)
+		if err != nil || ExitCode(err) != 0 {
+			t.Errorf("%v: %v", args, err)
+		}
+		for _, want := range []string{"USAGE", "SUBCOMMANDS", "  dump ", "FLAGS", "--log-level", "$XDPROCE_LOG_LEVEL", "--version", "EXIT STATUS"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: help lacks %q:\n%s", args, want, out)
+			}
+		}
+		if errOut != "" {
+			t.Errorf("%v: stderr %q", args, errOut)
+		}
+	}
+	for _, args := range [][]string{{"dump", "-h"}, {"dump", "--help"}, {"help", "dump"}, {"dump", "file.pcap", "-h"}} {
+		out, _, err := run(t, args...)
+		if err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		for _, want := range []string{"USAGE\n  xdproce dump", "FILTER", "qpn=N", "JSON FORMAT", "schema", "EXAMPLES", "--verify", "--filter EXPR", "--json", "--format format", "--log-level"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: help lacks %q", args, want)
+			}
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, "--version")
+	if err != nil || !strings.HasPrefix(out, "xdproce ") || !strings.Contains(out, "go1.") {
+		t.Errorf("--version: %q, %v", out, err)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		msg  string
+	}{
+		{nil, "no subcommand given"},
+		{[]string{"bogus"}, `unknown subcommand "bogus" for xdproce`},
+		{[]string{"help", "bogus"}, `unknown subcommand "bogus" for xdproce help`},
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--log-level", "loud", "dump"}, `unknown log level "loud"`},
+		{[]string{"dump"}, "no capture file given (run 'xdproce dump -h' for help)"},
+		{[]string{"dump", "--bogus", "f"}, "flag provided but not defined: -bogus (run 'xdproce dump -h' for help)"},
+		{[]string{"dump", "--format", "xml", "f"}, `unknown format "xml"`},
+		{[]string{"dump", "f", "--filter", "qpn=zz"}, `parse filter "qpn=zz"`},
+		{[]string{"dump", "f", "--filter"}, "flag needs an argument: -filter"},
+	}
+	for _, tt := range tests {
+		_, _, err := run(t, tt.args...)
+		var ue *UsageError
+		if !errors.As(err, &ue) || ExitCode(err) != 2 {
+			t.Errorf("%q: %v (exit %d), want a usage error", tt.args, err, ExitCode(err))
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%q: %q does not contain %q", tt.args, err, tt.msg)
+		}
+	}
+	// No subcommand also prints the help to stderr.
+	_, errOut, _ := run(t)
+	if !strings.Contains(errOut, "SUBCOMMANDS") {
+		t.Errorf("no subcommand: stderr %q", errOut)
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	if ExitCode(nil) != 0 || ExitCode(errors.New("x")) != 1 || ExitCode(fmt.Errorf("wrapped: %w", &UsageError{Cmd: "xdproce", Msg: "m"})) != 2 {
+		t.Error("ExitCode mapping wrong")
+	}
+}
+
+func TestInterspersed(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Bool("verify", false, "")
+	fs.String("filter", "", "")
+	tests := []struct {
+		in         []string
+		flags, pos []string
+	}{
+		{[]string{"a", "--filter", "nak", "b"}, []string{"--filter", "nak"}, []string{"a", "b"}},
+		{[]string{"a", "--verify", "b"}, []string{"--verify"}, []string{"a", "b"}},
+		{[]string{"--filter=x", "a", "-verify=false"}, []string{"--filter=x", "-verify=false"}, []string{"a"}},
+		{[]string{"a", "--", "--verify", "-"}, nil, []string{"a", "--verify", "-"}},
+		{[]string{"-", "--unknown", "b"}, []string{"--unknown"}, []string{"-", "b"}},
+		{[]string{"a", "--filter"}, []string{"--filter"}, []string{"a"}},
+	}
+	for _, tt := range tests {
+		flags, pos := interspersed(fs, tt.in)
+		if strings.Join(flags, " ") != strings.Join(tt.flags, " ") || strings.Join(pos, " ") != strings.Join(tt.pos, " ") {
+			t.Errorf("interspersed(%q) = %q, %q; want %q, %q", tt.in, flags, pos, tt.flags, tt.pos)
+		}
+	}
+}
+
+const goldenDir = "../../testdata/pcaps"
+
+// TestDumpText: dump of a golden capture prints exactly the dump stored
+// beside it, whatever the order of flags and file.
+func TestDumpText(t *testing.T) {
+	for _, name := range []string{"rc_send", "rc_ack_nak", "rc_atomic", "ud_send", "ipv6", "vlan"} {
+		want, err := os.ReadFile(filepath.Join(goldenDir, name+".txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(goldenDir, name+".pcapng")
+		for _, args := range [][]string{{"dump", path}, {"dump", "--verify", path}, {"dump", path, "--verify", "--log-level", "error"}} {
+			out, _, err := run(t, args...)
+			if err != nil {
+				t.Fatalf("%q: %v", args, err)
+			}
+			if out != string(want) {
+				t.Errorf("%q printed:\n%s\nwant:\n%s", args, out, want)
+			}
+		}
+	}
+}
+
+func TestDumpFilter(t *testing.T) {
+	path := filepath.Join(goldenDir, "rc_ack_nak.pcapng")
+	out, _, err := run(t, "dump", path, "--filter", "nak and not rnr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{"PSN sequence error", "remote access error", "invalid request", "remote operational error"}
+	if len(lines) != len(want) {
+		t.Fatalf("filter printed %d lines:\n%s", len(lines), out)
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], "aeth NAK "+w) {
+			t.Errorf("line %d = %q, want NAK %s", i, lines[i], w)
+		}
+	}
+	// Non-RoCE frames are printed without a filter and skipped with one.
+	rxe := "../../testdata/rxe/rc_pingpong.pcap"
+	all, _, err := run(t, "dump", rxe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(all, "non-RoCE IPv4 TCP") || !strings.Contains(all, "non-RoCE ARP") {
+		t.Errorf("unfiltered dump lacks non-RoCE lines:\n%s", all)
+	}
+	roce, _, _ := run(t, "dump", rxe, "--filter", "roce")
+	if strings.Contains(roce, "non-RoCE") || strings.Count(roce, "\n") != 20 {
+		t.Errorf("--filter roce printed:\n%s", roce)
+	}
+}
+
+func TestDumpJSON(t *testing.T) {
+	path := filepath.Join(goldenDir, "rc_atomic.pcapng")
+	for _, args := range [][]string{{"dump", "--json", path}, {"dump", path, "--format", "json-line"}} {
+		out, _, err := run(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 4 {
+			t.Fatalf("%q: %d lines", args, len(lines))
+		}
+		var rec struct {
+			Schema int    `json:"schema"`
+			File   string `json:"file"`
+			Index  int    `json:"index"`
+			Dir    string `json:"dir"`
+			BTH    struct {
+				Opcode string `json:"opcode"`
+			} `json:"bth"`
+			AtomicETH struct {
+				SwapAdd string `json:"swap_add"`
+			} `json:"atomic_eth"`
+			ICRC struct{ OK bool } `json:"icrc"`
+		}
+		if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Schema != 1 || rec.File != path || rec.Index != 1 || rec.Dir != "out" || rec.BTH.Opcode != "RC_COMPARE_SWAP" ||
+			rec.AtomicETH.SwapAdd != "0x1111222233334444" || !rec.ICRC.OK {
+			t.Errorf("%q: first record %+v", args, rec)
+		}
+	}
+	out, _, err := run(t, "dump", "--format", "json", path, filepath.Join(goldenDir, "vlan.pcapng"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Schema int `json:"schema"`
+		Files  []struct {
+			File   string            `json:"file"`
+			Format string            `json:"format"`
+			Frames []json.RawMessage `json:"frames"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("--format json: %v\n%s", err, out)
+	}
+	if doc.Schema != 1 || len(doc.Files) != 2 || len(doc.Files[0].Frames) != 4 || len(doc.Files[1].Frames) != 2 || doc.Files[1].Format != "pcapng" {
+		t.Errorf("--format json document: %+v", doc)
+	}
+}
+
+func TestDumpVerifyFails(t *testing.T) {
+	out, _, err := run(t, "dump", "--verify", "../../testdata/malformed/flipped_byte.pcapng")
+	if err == nil || ExitCode(err) != 1 {
+		t.Fatalf("verify of a flipped byte: %v", err)
+	}
+	if want := "dump: verify: 1 of 13 RoCE frames bad (1 with a bad ICRC, 0 that do not decode)"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	if !strings.Contains(out, "icrc BAD") {
+		t.Errorf("output lacks the bad frame:\n%s", out)
+	}
+	// Without --verify the same file is fine.
+	if _, _, err := run(t, "dump", "../../testdata/malformed/flipped_byte.pcapng"); err != nil {
+		t.Errorf("dump without --verify: %v", err)
+	}
+}
+
+func TestLogLevel(t *testing.T) {
+	path := filepath.Join(goldenDir, "vlan.pcapng")
+	_, errOut, err := run(t, "--log-level", "debug", "dump", path)
+	if err != nil || !strings.Contains(errOut, "level=DEBUG msg=running command=dump") {
+		t.Errorf("--log-level debug: %v, stderr %q", err, errOut)
+	}
+	_, errOut, _ = run(t, "dump", path, "--log-level=info")
+	if !strings.Contains(errOut, "msg=\"dump done\"") || strings.Contains(errOut, "DEBUG") {
+		t.Errorf("dump --log-level=info: stderr %q", errOut)
+	}
+	_, errOut, _ = run(t, "dump", path)
+	if errOut != "" {
+		t.Errorf("default level: stderr %q", errOut)
+	}
+	t.Setenv(envLogLevel, "debug")
+	_, errOut, _ = run(t, "dump", path)
+	if !strings.Contains(errOut, "DEBUG") {
+		t.Errorf("%s=debug: stderr %q", envLogLevel, errOut)
+	}
+}
+
+// TestBinaryVerify runs the built binary: --verify passes on every real rxe
+// capture and every golden capture, and fails with one clear line on every
+// file in testdata/malformed.
+func TestBinaryVerify(t *testing.T) {
+	var good []string
+	for _, pat := range []string{"../../testdata/rxe/*.pcap", "../../testdata/rxe/*.pcapng", goldenDir + "/*.pcapng"} {
+		m, _ := filepath.Glob(pat)
+		good = append(good, m...)
+	}
+	if len(good) < 20 {
+		t.Fatalf("only %d captures found: %q", len(good), good)
+	}
+	for _, f := range good {
+		cmd := exec.Command(binary, "dump", "--verify", f)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Errorf("xdproce dump --verify %s: %v\n%s", f, err, stderr.String())
+		}
+		if len(out) == 0 || stderr.Len() != 0 {
+			t.Errorf("%s: %d bytes of output, stderr %q", f, len(out), stderr.String())
+		}
+	}
+	// All at once too (file-name prefixes, one run).
+	if out, err := exec.Command(binary, append([]string{"dump", "--verify"}, good...)...).CombinedOutput(); err != nil {
+		t.Errorf("dump --verify of all captures: %v\n%s", err, out[max(0, len(out)-500):])
+	}
+
+	bad, _ := filepath.Glob("../../testdata/malformed/*")
+	if len(bad) < 4 {
+		t.Fatalf("only %d malformed files", len(bad))
+	}
+	for _, f := range bad {
+		cmd := exec.Command(binary, "dump", "--verify", f)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Stdout = new(bytes.Buffer)
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("xdproce dump --verify %s: %v, want exit status 1", f, err)
+		}
+		msg := stderr.String()
+		if strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, "xdproce: dump: ") {
+			t.Errorf("%s: stderr is not one clear line: %q", f, msg)
+		}
+		t.Logf("%s: %s", filepath.Base(f), strings.TrimSpace(msg))
+	}
+
+	// Exit codes of the binary itself.
+	for _, tt := range []struct {
+		args []string
+		code int
+	}{{[]string{"-h"}, 0}, {[]string{"dump", "-h"}, 0}, {[]string{"--version"}, 0}, {nil, 2}, {[]string{"nope"}, 2}, {[]string{"dump"}, 2},
+		{[]string{"dump", "/nonexistent.pcap"}, 1}} {
+		err := exec.Command(binary, tt.args...).Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tt.code {
+			t.Errorf("xdproce %q: exit %d, want %d", tt.args, code, tt.code)
+		}
+	}
+}
