@@ -62,6 +62,7 @@ func Run(t *testing.T, newPair NewPair) {
 		{"WaitTimeout", testWaitTimeout},
 		{"WaitWake", testWaitWake},
 		{"WakeBeforeWait", testWakeBeforeWait},
+		{"WakeNeverLost", testWakeNeverLost},
 		{"WaitArrival", testWaitArrival},
 		{"Close", testClose},
 		{"CloseWakesWait", testCloseWakesWait},
@@ -367,6 +368,38 @@ func testWakeBeforeWait(t *testing.T, p Pair) {
 	}
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("Wait after Wake took %v", el)
+	}
+}
+
+// testWakeNeverLost races Wake from another goroutine against Wait, many
+// times: every Wake must end a Wait (the one in progress or the next).
+func testWakeNeverLost(t *testing.T, p Pair) {
+	settle(p.B)
+	const rounds = 300
+	ping := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range rounds {
+			if _, ok := <-ping; !ok {
+				return
+			}
+			if i%3 == 1 {
+				time.Sleep(time.Duration(i%7) * 10 * time.Microsecond)
+			}
+			p.B.Wake()
+		}
+	}()
+	defer func() { close(ping); <-done }()
+	for i := range rounds {
+		ping <- struct{}{}
+		start := time.Now()
+		if err := p.B.Wait(3 * time.Second); err != nil {
+			t.Fatalf("round %d: Wait: %v", i, err)
+		}
+		if el := time.Since(start); el > 2*time.Second {
+			t.Fatalf("round %d: a Wake was lost (Wait returned after %v)", i, el)
+		}
 	}
 }
 

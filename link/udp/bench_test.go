@@ -65,3 +65,13 @@ func itoa(n int) string {
 	}
 	return s
 }
+
+// BenchmarkWake is the cost of a doorbell: Wake from another goroutine
+// while nobody waits (coalesced after the first).
+func BenchmarkWake(b *testing.B) {
+	l := open(b, udp.Config{Addr: lo1, Port: -1})
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Wake()
+	}
+}

@@ -92,6 +92,7 @@ type Link struct {
 
 	mu     sync.RWMutex // held for reading while the fds are used, for writing by Close
 	closed atomic.Bool
+	waking atomic.Bool // a Wake wrote to efd and no Wait has consumed it yet
 	fd     int
 	efd    int // eventfd for Wake
 
@@ -757,6 +758,10 @@ func (l *Link) Wait(timeout time.Duration) error {
 		return os.NewSyscallError("ppoll", err)
 	}
 	if l.pfd[1].Revents&unix.POLLIN != 0 {
+		// Clear the flag before draining: a Wake racing with this either
+		// is drained here (this Wait returns: it is served) or leaves efd
+		// readable for the next Wait.
+		l.waking.Store(false)
 		unix.Read(l.efd, l.efdBuf[:])
 	}
 	if l.closed.Load() {
@@ -767,8 +772,12 @@ func (l *Link) Wait(timeout time.Duration) error {
 
 var one = [8]byte{1}
 
-// Wake makes a concurrent Wait, or else the next one, return at once.
+// Wake makes a concurrent Wait, or else the next one, return at once. Calls
+// between two Waits cost one eventfd write in all.
 func (l *Link) Wake() {
+	if l.waking.Swap(true) {
+		return
+	}
 	l.mu.RLock()
 	if !l.closed.Load() {
 		unix.Write(l.efd, one[:])
