@@ -49,8 +49,8 @@ func ExamplePacket_Encode() {
 		SrcIP: netip.MustParseAddr("198.51.100.1"), DstIP: netip.MustParseAddr("198.51.100.2"),
 		TTL: 64, IPFlags: wire.IPv4DontFragment,
 		SrcPort: wire.SourcePort(0x11, 0x12), DstPort: wire.UDPPort,
-		BTH: wire.BTH{Opcode: wire.RCWriteOnly, PKey: wire.DefaultPKey, DestQPN: 0x12, AckReq: true, PSN: 100},
-		RETH: wire.RETH{VA: 0x7f0000001000, RKey: 0x1234, DMALen: 5},
+		BTH:     wire.BTH{Opcode: wire.RCWriteOnly, PKey: wire.DefaultPKey, DestQPN: 0x12, AckReq: true, PSN: 100},
+		RETH:    wire.RETH{VA: 0x7f0000001000, RKey: 0x1234, DMALen: 5},
 		Payload: []byte("hello"),
 	}
 	buf := make([]byte, 2048)
