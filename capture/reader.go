@@ -293,7 +293,7 @@ func (r *Reader) nextPcapng(f *Frame) error {
 		typ := r.order.Uint32(h[0:])
 		total := r.order.Uint32(h[4:])
 		if total < 12 || total%4 != 0 {
-			return fmt.Errorf("%w: block length %d", ErrMalformed, total)
+			return fmt.Errorf("%w: block length %d (want a multiple of 4, at least 12)", ErrMalformed, total)
 		}
 		blk, err := r.readFull(int(total))
 		if err != nil {

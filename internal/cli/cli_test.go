@@ -256,7 +256,7 @@ func TestDumpVerifyFails(t *testing.T) {
 	if err == nil || ExitCode(err) != 1 {
 		t.Fatalf("verify of a flipped byte: %v", err)
 	}
-	if want := "dump: verify: 1 of 13 RoCE frames bad (1 with a bad ICRC, 0 that do not decode)"; err.Error() != want {
+	if want := "dump: verify: 1 of 13 RoCE frames bad (1 with a bad ICRC, 0 that do not decode), first ../../testdata/malformed/flipped_byte.pcapng frame 1"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}
 	if !strings.Contains(out, "icrc BAD") {

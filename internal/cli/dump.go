@@ -103,8 +103,8 @@ func setupDump(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 			return err
 		}
 		if *verify && d.bad > 0 {
-			return fmt.Errorf("dump: verify: %d of %d RoCE frames bad (%d with a bad ICRC, %d that do not decode)",
-				d.bad, d.roce, d.badICRC, d.bad-d.badICRC)
+			return fmt.Errorf("dump: verify: %d of %d RoCE frames bad (%d with a bad ICRC, %d that do not decode), first %s frame %d",
+				d.bad, d.roce, d.badICRC, d.bad-d.badICRC, d.firstBadFile, d.firstBadFrame)
 		}
 		env.Log.Info("dump done", "files", len(args), "frames", d.frames, "roce", d.roce, "bad", d.bad)
 		return nil
@@ -120,6 +120,8 @@ type dumper struct {
 	multi bool // several files: prefix text lines with the file name
 
 	frames, roce, bad, badICRC int
+	firstBadFile               string
+	firstBadFrame              int
 }
 
 // jsonLine is one record of --format json-line.
@@ -198,6 +200,9 @@ func (d *dumper) file(ctx context.Context, i int, name string) error {
 		if rec.RoCE {
 			d.roce++
 			if rec.Bad() {
+				if d.bad == 0 {
+					d.firstBadFile, d.firstBadFrame = name, rec.Index
+				}
 				d.bad++
 				if rec.ICRC != nil && !rec.ICRC.OK && rec.Error == "" {
 					d.badICRC++
