@@ -148,6 +148,9 @@ func Open(cfg Config) (*Link, error) {
 	}
 	addr := cfg.Addr.Unmap()
 	wildcard := !addr.IsValid() || addr.IsUnspecified()
+	if addr.Is6() && (addr.IsLinkLocalUnicast() || addr.Zone() != "") {
+		return nil, fmt.Errorf("udp: open: link-local address %v is not supported: bind a global address or all addresses", addr)
+	}
 	port := cfg.Port
 	switch port {
 	case 0:
@@ -243,9 +246,6 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 		s := &unix.SockaddrInet6{Port: port}
 		if addr.IsValid() && !addr.IsUnspecified() {
 			s.Addr = addr.As16()
-			if addr.Is6() && addr.IsLinkLocalUnicast() {
-				return fmt.Errorf("udp: open: link-local address %v needs a zone; bind a global address or all addresses", addr)
-			}
 		}
 		sa = s
 	} else {

@@ -140,6 +140,15 @@ func TestOpenErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no interface") {
 		t.Errorf("Open on a foreign address without MTU: %v", err)
 	}
+	_, err = udp.Open(udp.Config{Addr: netip.MustParseAddr("fe80::1%lo"), Port: -1})
+	if err == nil || !strings.Contains(err.Error(), "link-local") {
+		t.Errorf("Open on a link-local address: %v", err)
+	}
+	// An IPv4-mapped address means the IPv4 address.
+	m := open(t, udp.Config{Addr: netip.MustParseAddr("::ffff:127.0.0.1"), Port: -1})
+	if p := m.Props(); p.MTU != udp.MaxAutoMTU {
+		t.Errorf("Open on ::ffff:127.0.0.1: %+v", p)
+	}
 	for _, cfg := range []udp.Config{
 		{Port: 70000}, {Port: -2}, {Batch: -1}, {Batch: 5000}, {TxBuffers: -1}, {MTU: 100}, {SocketBuffer: -1},
 	} {
