@@ -25,16 +25,16 @@ type completer struct {
 type compState uint8
 
 const (
-	compCheckPSN  compState = iota // is the packet about something outstanding?
-	compImplicit                   // acknowledge everything before it (IBA 9.7.5.1.1)
-	compCheckAck                   // classify: ACK, RNR NAK, NAK, READ response, atomic ACK
-	compAck                        // ACK: complete SEND/WRITE WQEs up to its PSN
-	compRead                       // place READ response data
-	compAtomic                     // place the atomic result
-	compRetry                      // go-back-N from comp.retryPSN
-	compRNR                        // RNR NAK: wait the timer, then resend
-	compError                      // NAK class C at the peer: complete in error, QP to Error
-	compDone                       // finished with the packet
+	compCheckPSN compState = iota // is the packet about something outstanding?
+	compImplicit                  // acknowledge everything before it (IBA 9.7.5.1.1)
+	compCheckAck                  // classify: ACK, RNR NAK, NAK, READ response, atomic ACK
+	compAck                       // ACK: complete SEND/WRITE WQEs up to its PSN
+	compRead                      // place READ response data
+	compAtomic                    // place the atomic result
+	compRetry                     // go-back-N from comp.retryPSN
+	compRNR                       // RNR NAK: wait the timer, then resend
+	compError                     // NAK class C at the peer: complete in error, QP to Error
+	compDone                      // finished with the packet
 )
 
 var compStateNames = [...]string{"CHECK_PSN", "IMPLICIT", "CHECK_ACK", "ACK", "READ", "ATOMIC",
@@ -157,6 +157,9 @@ func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
 			break
 		}
 		if w.opcode.isReadOrAtomic() {
+			if wire.PSNBefore(last, w.readPSN) {
+				break // consistent with the responses received so far
+			}
 			if wire.PSNBefore(c.ackPSN, w.readPSN) {
 				c.ackPSN = w.readPSN
 			}

@@ -34,17 +34,17 @@ type Counter int
 
 // Counters.
 const (
-	CtrRetransmits   Counter = iota // packets sent again (go-back-N, RNR, timeout)
-	CtrTimeouts                     // local ACK timeouts
-	CtrSeqNAKsSent                  // PSN sequence error NAKs sent
-	CtrSeqNAKsRecv                  // PSN sequence error NAKs received
-	CtrRNRNAKsSent                  // RNR NAKs sent
-	CtrRNRNAKsRecv                  // RNR NAKs received
-	CtrDuplicates                   // duplicate requests received
-	CtrReplays                      // READ responses regenerated / atomic results replayed
-	CtrDropped                      // packets dropped (state, sequence, Q_Key, malformed, stale)
-	CtrErrNAKsSent                  // invalid request / remote access / remote op NAKs sent
-	CtrEncodeErrors                 // frames the engine failed to encode (a bug)
+	CtrRetransmits  Counter = iota // packets sent again (go-back-N, RNR, timeout)
+	CtrTimeouts                    // local ACK timeouts
+	CtrSeqNAKsSent                 // PSN sequence error NAKs sent
+	CtrSeqNAKsRecv                 // PSN sequence error NAKs received
+	CtrRNRNAKsSent                 // RNR NAKs sent
+	CtrRNRNAKsRecv                 // RNR NAKs received
+	CtrDuplicates                  // duplicate requests received
+	CtrReplays                     // READ responses regenerated / atomic results replayed
+	CtrDropped                     // packets dropped (state, sequence, Q_Key, malformed, stale)
+	CtrErrNAKsSent                 // invalid request / remote access / remote op NAKs sent
+	CtrEncodeErrors                // frames the engine failed to encode (a bug)
 	numCounters
 )
 

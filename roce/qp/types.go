@@ -103,14 +103,14 @@ type AddressVector struct {
 type Attr struct {
 	State           State
 	PathMTU         wire.MTU
-	DestQPN         uint32 // 24 bits
-	RQPSN, SQPSN    uint32 // 24 bits
-	Timeout         uint8  // local ACK timeout 4.096 µs × 2^Timeout; 0 = infinite; 0..31
-	RetryCnt        uint8  // 0..7
-	RNRRetry        uint8  // 0..7; 7 = infinite
-	MinRNRTimer     uint8  // RNR NAK timer code 0..31
-	MaxRdAtomic     uint8  // outstanding READ/atomic requests as requester
-	MaxDestRdAtomic uint8  // outstanding READ/atomic requests as responder
+	DestQPN         uint32    // 24 bits
+	RQPSN, SQPSN    uint32    // 24 bits
+	Timeout         uint8     // local ACK timeout 4.096 µs × 2^Timeout; 0 = infinite; 0..31
+	RetryCnt        uint8     // 0..7
+	RNRRetry        uint8     // 0..7; 7 = infinite
+	MinRNRTimer     uint8     // RNR NAK timer code 0..31
+	MaxRdAtomic     uint8     // outstanding READ/atomic requests as requester
+	MaxDestRdAtomic uint8     // outstanding READ/atomic requests as responder
 	Access          mr.Access // remote operations the responder allows
 	QKey            uint32
 	AV              AddressVector

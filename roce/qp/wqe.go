@@ -30,8 +30,8 @@ type sendWQE struct {
 	inlineBuf []byte
 
 	// Engine state.
-	started  bool   // its first packet went out (firstPSN, lastPSN valid)
-	done     bool   // completed (status valid); waits to be retired in order
+	started  bool // its first packet went out (firstPSN, lastPSN valid)
+	done     bool // completed (status valid); waits to be retired in order
 	status   WCStatus
 	firstPSN uint32 // PSN of its first packet
 	lastPSN  uint32 // PSN of its last packet (READ: of the last response)
