@@ -51,6 +51,8 @@ var (
 // Endpoint is what the peer needs to know about this end (exchanged out of
 // band together with the queue pair numbers).
 type Endpoint struct {
+	RingAddr    uint64 // the phase-0 receive ring
+	RingRKey    uint32
 	MailboxAddr uint64
 	MailboxRKey uint32
 }
@@ -123,12 +125,19 @@ type txState struct {
 	slotSize int
 	sent     uint32 // ring messages posted in this phase
 	credited uint32 // peer's consumed count seen for this phase
+	// an ENLARGE_ACK write has completed into the mailbox (phase in its immediate data)
+	ackArrived bool
 	// own send buffer for phase ≥ 1
 	stage     Region
-	completed uint32 // ring writes completed in this phase
-	old       Region // previous phase's send buffer, freed when its writes complete
-	oldBusy   int
-	msgRemain int // bytes of a partly sent message still to send
+	completed uint32     // ring writes completed in this phase
+	old       []oldStage // earlier phases' send buffers, freed when their writes complete
+	msgRemain int        // bytes of a partly sent message still to send
+}
+
+type oldStage struct {
+	r     Region
+	phase int
+	busy  int
 }
 
 type rxState struct {
@@ -142,6 +151,7 @@ type rxState struct {
 	posted         int
 	q              fifo
 	creditInflight bool
+	credit         credit // last credit written
 	ackInflight    bool
 	ackPending     bool
 	ack            Ack
@@ -185,7 +195,8 @@ func (f *fifo) pop() {
 func (f *fifo) at(i int) *entry { return &f.e[(f.head+i)%len(f.e)] }
 
 // New creates a channel end over t: it registers the phase-0 receive ring
-// (RingSlots × Ladder[0]) and the mailbox, and posts the ring's receives.
+// (RingSlots × Ladder[0]) and the mailbox, and posts zero-length receives
+// (RecvDepth of them) for the peer's WRITE_WITH_IMMs.
 // Eager sends are staged in pool, which must share t's protection domain and
 // have slots of at least Ladder[0] bytes. Connect it before use.
 func New(t Transport, pool *Pool, cfg *Config) (*Channel, error) {
@@ -207,19 +218,17 @@ func New(t Transport, pool *Pool, cfg *Config) (*Channel, error) {
 		return nil, fmt.Errorf("enlarge: new: ring: %w", err)
 	}
 	ch.rx.slots, ch.rx.slotSize = c.RingSlots, c.Ladder[0]
-	for i := 0; i < c.RingSlots; i++ {
-		if err := t.PostRecv(wrID(idRecv, 0, i), ch.rx.ring, i*ch.rx.slotSize, ch.rx.slotSize); err != nil {
-			ch.release()
-			return nil, fmt.Errorf("enlarge: new: post receive: %w", err)
-		}
-		ch.rx.posted++
+	if err := ch.topUp(); err != nil {
+		ch.release()
+		return nil, fmt.Errorf("enlarge: new: %w", err)
 	}
 	return ch, nil
 }
 
 // Endpoint returns what the peer's Connect needs.
 func (c *Channel) Endpoint() Endpoint {
-	return Endpoint{MailboxAddr: c.mb.Addr(), MailboxRKey: c.mb.RKey()}
+	return Endpoint{RingAddr: c.rx.ring.Addr(), RingRKey: c.rx.ring.RKey(),
+		MailboxAddr: c.mb.Addr(), MailboxRKey: c.mb.RKey()}
 }
 
 // Connect records the peer's endpoint. The queue pair must already be
@@ -231,6 +240,7 @@ func (c *Channel) Connect(peer Endpoint) error {
 		return ErrClosed
 	}
 	c.peer, c.connected = peer, true
+	c.tx.raddr, c.tx.rkey = peer.RingAddr, peer.RingRKey
 	return nil
 }
 
@@ -249,10 +259,13 @@ func (c *Channel) Stats() Stats {
 
 func (c *Channel) registered() int {
 	n := 0
-	for _, r := range []Region{c.mb, c.rx.ring, c.tx.stage, c.tx.old} {
+	for _, r := range []Region{c.mb, c.rx.ring, c.tx.stage} {
 		if r != nil {
 			n += len(r.Bytes())
 		}
+	}
+	for _, o := range c.tx.old {
+		n += len(o.r.Bytes())
 	}
 	return n
 }
@@ -328,13 +341,7 @@ func (c *Channel) complete(wc *Completion) error {
 			case p == c.tx.phase:
 				c.tx.completed++
 			default:
-				c.tx.oldBusy--
-				if c.tx.oldBusy == 0 && c.tx.old != nil {
-					if err := c.t.Deregister(c.tx.old); err != nil {
-						return fmt.Errorf("enlarge: free send buffer: %w", err)
-					}
-					c.tx.old = nil
-				}
+				return c.oldDone(p)
 			}
 		case idAck:
 			c.rx.ackInflight = false
@@ -342,53 +349,93 @@ func (c *Channel) complete(wc *Completion) error {
 			c.rx.creditInflight = false
 		}
 		return nil
-	case CompRecv, CompRecvImm:
-		return c.arrived(wc)
-	}
-	return fmt.Errorf("enlarge: unknown completion kind %d", wc.Kind)
-}
-
-// arrived handles one message written into the receive ring.
-func (c *Channel) arrived(wc *Completion) error {
-	rx := &c.rx
-	rx.posted--
-	slot := int(rx.recvd % uint32(rx.slots))
-	rx.recvd++
-	kind, n := immData, wc.Len
-	if wc.HasImm {
-		kind = wc.Imm >> immKindShift
-		if wc.Kind == CompRecvImm {
-			n = int(wc.Imm & immLenMask)
-		}
-	}
-	if n > rx.slotSize || n < 0 {
-		return fmt.Errorf("enlarge: receive: %d B message in a %d B slot", n, rx.slotSize)
-	}
-	if rx.phase > 0 {
+	case CompRecvImm:
+		c.rx.posted--
 		if err := c.topUp(); err != nil {
 			return err
 		}
+		return c.arrived(wc)
 	}
-	if kind == immControl {
-		return c.request(slot, n)
-	}
-	if kind != immData && kind != immMore {
-		return fmt.Errorf("enlarge: receive: unknown message kind %d", kind)
-	}
-	rx.q.push(entry{slot: int32(slot), n: int32(n), more: kind == immMore})
-	return nil
+	return fmt.Errorf("enlarge: unexpected completion kind %d", wc.Kind)
 }
 
-// topUp keeps a zero-length receive posted for every slot of a promoted
-// buffer (WRITE_WITH_IMM consumes one receive and ignores its buffer, so the
-// receives left over from the freed small ring serve too).
+// oldDone counts a completed write from an earlier phase's send buffer and
+// frees the buffer after its last one.
+func (c *Channel) oldDone(phase int) error {
+	for i := range c.tx.old {
+		o := &c.tx.old[i]
+		if o.phase != phase {
+			continue
+		}
+		if o.busy--; o.busy > 0 {
+			return nil
+		}
+		err := c.t.Deregister(o.r)
+		c.tx.old = append(c.tx.old[:i], c.tx.old[i+1:]...)
+		if err != nil {
+			return fmt.Errorf("enlarge: free send buffer: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("enlarge: completion for a phase-%d send buffer that is not waiting", phase)
+}
+
+// RecvDepth is the number of zero-length receives a channel keeps posted
+// while its receiving direction is in phase p: one per slot of its buffer
+// plus spares for the peer's ENLARGE_ACK and ENLARGE_CREDIT writes. The queue
+// pair's receive queue must hold RecvDepth(0) (and that of every later
+// phase).
+func (c *Config) RecvDepth(p int) int { return c.slots(p) + recvSpare }
+
+const recvSpare = 4
+
+// topUp keeps RecvDepth zero-length receives posted: every message is a
+// WRITE_WITH_IMM, which consumes one receive and does not use its buffer.
 func (c *Channel) topUp() error {
-	for c.rx.posted < c.rx.slots {
+	for c.rx.posted < c.cfg.RecvDepth(c.rx.phase) {
 		if err := c.t.PostRecv(wrID(idRecv, c.rx.phase, 0), nil, 0, 0); err != nil {
 			return fmt.Errorf("enlarge: post receive: %w", err)
 		}
 		c.rx.posted++
 	}
+	return nil
+}
+
+// arrived handles one WRITE_WITH_IMM from the peer.
+func (c *Channel) arrived(wc *Completion) error {
+	if !wc.HasImm {
+		return errors.New("enlarge: receive: write without immediate data")
+	}
+	kind := wc.Imm >> immKindShift
+	switch kind {
+	case immAck:
+		// the mailbox is looked at by the next Send (checkAck)
+		c.tx.ackArrived = true
+		return nil
+	case immCredit:
+		tx := &c.tx
+		if int(wc.Imm>>21&0xFF) == tx.phase&0xFF {
+			d := (wc.Imm - tx.credited) & creditMask
+			if d <= tx.sent-tx.credited {
+				tx.credited += d
+			}
+		}
+		return nil
+	case immData, immMore, immReq:
+	default:
+		return fmt.Errorf("enlarge: receive: unknown message kind %d", kind)
+	}
+	rx := &c.rx
+	slot := int(rx.recvd % uint32(rx.slots))
+	rx.recvd++
+	n := int(wc.Imm & immLenMask)
+	if n > rx.slotSize {
+		return fmt.Errorf("enlarge: receive: %d B message in a %d B slot", n, rx.slotSize)
+	}
+	if kind == immReq {
+		return c.request(slot, n)
+	}
+	rx.q.push(entry{slot: int32(slot), n: int32(n), more: kind == immMore})
 	return nil
 }
 
@@ -402,10 +449,7 @@ func (c *Channel) request(slot, n int) error {
 	req, ok := ParseReq(b[:n])
 	if !ok || int(req.Phase) <= rx.phase || int(req.Phase) > c.cfg.top() || req.Size == 0 {
 		c.st.ReqRefused++
-		if rx.phase == 0 {
-			// the slot is free again
-			return c.repost(slot)
-		}
+		rx.consumed++ // the slot is free again
 		return nil
 	}
 	for i := 0; i < rx.q.len(); i++ {
@@ -448,8 +492,8 @@ func (c *Channel) postAck() error {
 	if ackHook != nil {
 		ackHook(out)
 	}
-	c.wr = WorkRequest{ID: wrID(idAck, rx.phase, 0), Op: OpWrite, Local: c.mb, Offset: mbOutAck, Length: AckLen,
-		RemoteAddr: c.peer.MailboxAddr + mbAck, RKey: c.peer.MailboxRKey}
+	c.wr = WorkRequest{ID: wrID(idAck, rx.phase, 0), Op: OpWriteImm, Local: c.mb, Offset: mbOutAck, Length: AckLen,
+		Imm: immAck<<immKindShift | uint32(rx.ack.Phase&0xFF), RemoteAddr: c.peer.MailboxAddr + mbAck, RKey: c.peer.MailboxRKey}
 	if err := c.t.PostSend(&c.wr); err != nil {
 		return fmt.Errorf("enlarge: post ENLARGE_ACK: %w", err)
 	}
@@ -461,18 +505,10 @@ func (c *Channel) postAck() error {
 // ackHook, when set by a test, may damage an outgoing ENLARGE_ACK.
 var ackHook func(ack []byte)
 
-func (c *Channel) repost(slot int) error {
-	rx := &c.rx
-	if err := c.t.PostRecv(wrID(idRecv, 0, slot), rx.ring, slot*rx.slotSize, rx.slotSize); err != nil {
-		return fmt.Errorf("enlarge: post receive: %w", err)
-	}
-	rx.posted++
-	return nil
-}
-
-// maybeCredit RDMA-writes the consumed count into the peer's mailbox when a
-// quarter of the ring (at least one slot) has been consumed since the last
-// update, one update in flight at a time.
+// maybeCredit tells the peer how many messages of the current phase have been
+// consumed (an ENLARGE_CREDIT written into its mailbox, the count also in the
+// immediate data) when a quarter of the buffer's slots (at least one) has been
+// consumed since the last update; one update in flight at a time.
 func (c *Channel) maybeCredit() error {
 	rx := &c.rx
 	if rx.creditInflight || rx.consumed == rx.credited {
@@ -482,9 +518,9 @@ func (c *Channel) maybeCredit() error {
 	if int(rx.consumed-rx.credited) < batch {
 		return nil
 	}
-	w := uint32(rx.phase)<<24 | rx.consumed&0xFFFFFF
-	binary.BigEndian.PutUint32(c.mb.Bytes()[mbOutCredit:], w)
-	c.wr = WorkRequest{ID: wrID(idCredit, rx.phase, 0), Op: OpWrite, Local: c.mb, Offset: mbOutCredit, Length: 4,
+	credit{phase: uint32(rx.phase), consumed: rx.consumed}.encode(c.mb.Bytes()[mbOutCredit:])
+	c.wr = WorkRequest{ID: wrID(idCredit, rx.phase, 0), Op: OpWriteImm, Local: c.mb, Offset: mbOutCredit,
+		Length: CreditLen, Imm: creditImm(rx.phase, rx.consumed),
 		RemoteAddr: c.peer.MailboxAddr + mbCredit, RKey: c.peer.MailboxRKey}
 	if err := c.t.PostSend(&c.wr); err != nil {
 		return c.fail(fmt.Errorf("enlarge: post credit: %w", err))
@@ -596,8 +632,9 @@ func (c *Channel) sendReq(phase, need int) (bool, error) {
 	tx := &c.tx
 	// a stale ack from an earlier promotion must not be taken for this one
 	clear(c.mb.Bytes()[mbAck : mbAck+AckLen])
+	tx.ackArrived = false
 	Req{Phase: uint32(phase), Size: uint32(min(need, 1<<32-1))}.encode(c.ctrl[:])
-	ok, err := c.post(c.ctrl[:], immControl)
+	ok, err := c.post(c.ctrl[:], immReq)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -606,60 +643,40 @@ func (c *Channel) sendReq(phase, need int) (bool, error) {
 	return true, nil
 }
 
-// credit reports whether the peer's ring has a free slot, re-reading the
-// credit word from the mailbox when it looks full.
-func (c *Channel) credit() bool {
-	tx := &c.tx
-	if tx.sent-tx.credited < uint32(tx.slots) {
-		return true
-	}
-	c.t.Load(c.mb, mbCredit, c.load[:4])
-	w := binary.BigEndian.Uint32(c.load[:4])
-	if int(w>>24) == tx.phase {
-		// consumed counts are 24-bit; move tx.credited forward to match
-		d := (w - tx.credited) & 0xFFFFFF
-		if d <= tx.sent-tx.credited {
-			tx.credited += d
-		}
-	}
-	return tx.sent-tx.credited < uint32(tx.slots)
-}
-
-// post sends one ring message (data, piece or control). ok is false when
-// there is no credit or no staging now.
+// post writes one ring message (data, piece or ENLARGE_REQ) into the next
+// slot of the peer's buffer. ok is false when the peer has no free slot or
+// there is no staging now.
 func (c *Channel) post(b []byte, kind uint32) (bool, error) {
 	tx := &c.tx
-	if !c.credit() {
+	if tx.sent-tx.credited >= uint32(tx.slots) {
 		return false, nil
 	}
+	slot := int(tx.sent % uint32(tx.slots))
+	c.wr = WorkRequest{Op: OpWriteImm, Length: len(b), Imm: makeImm(kind, len(b)),
+		RemoteAddr: tx.raddr + uint64(slot*tx.slotSize), RKey: tx.rkey}
 	if tx.phase == 0 {
 		i, ok := c.pool.get()
 		if !ok {
 			return false, nil
 		}
 		copy(c.pool.slot(i), b)
-		c.wr = WorkRequest{ID: wrID(idRing, 0, i), Op: OpSend, Local: c.pool.r, Offset: i * c.pool.size, Length: len(b)}
-		if kind != immData {
-			c.wr.Op, c.wr.Imm = OpSendImm, makeImm(kind, len(b))
-		}
+		c.wr.ID, c.wr.Local, c.wr.Offset = wrID(idRing, 0, i), c.pool.r, i*c.pool.size
 		if err := c.t.PostSend(&c.wr); err != nil {
 			c.pool.put(i)
-			return false, c.fail(fmt.Errorf("enlarge: post send: %w", err))
+			return false, c.fail(fmt.Errorf("enlarge: post write: %w", err))
 		}
 	} else {
 		if tx.sent-tx.completed >= uint32(tx.slots) {
 			return false, nil
 		}
-		slot := int(tx.sent % uint32(tx.slots))
 		copy(tx.stage.Bytes()[slot*tx.slotSize:], b)
-		c.wr = WorkRequest{ID: wrID(idRing, tx.phase, slot), Op: OpWriteImm, Local: tx.stage, Offset: slot * tx.slotSize,
-			Length: len(b), Imm: makeImm(kind, len(b)), RemoteAddr: tx.raddr + uint64(slot*tx.slotSize), RKey: tx.rkey}
+		c.wr.ID, c.wr.Local, c.wr.Offset = wrID(idRing, tx.phase, slot), tx.stage, slot*tx.slotSize
 		if err := c.t.PostSend(&c.wr); err != nil {
 			return false, c.fail(fmt.Errorf("enlarge: post write: %w", err))
 		}
 	}
 	tx.sent++
-	if kind != immControl {
+	if kind != immReq {
 		c.st.BytesSent += uint64(len(b))
 	}
 	if kind == immData {
@@ -673,9 +690,13 @@ func (c *Channel) post(b []byte, kind uint32) (bool, error) {
 // requested phase with a buffer of the right length promotes the send side.
 func (c *Channel) checkAck() (bool, error) {
 	tx := &c.tx
+	if !tx.ackArrived {
+		return false, nil // nothing written into the mailbox yet
+	}
 	b := c.load[:]
 	c.t.Load(c.mb, mbAck, b[:8])
 	if !headOK(b[:8], TypeAck) {
+		c.st.AckRefused++
 		return false, nil
 	}
 	var deadline time.Time
@@ -707,15 +728,13 @@ func (c *Channel) checkAck() (bool, error) {
 	if tx.stage != nil {
 		// the previous large send buffer goes once its writes complete
 		if busy := int(tx.sent - tx.completed); busy > 0 {
-			if tx.old != nil {
-				return false, c.fail(errors.New("enlarge: promote: two send buffers waiting to be freed"))
-			}
-			tx.old, tx.oldBusy = tx.stage, busy
+			tx.old = append(tx.old, oldStage{r: tx.stage, phase: tx.phase, busy: busy})
 		} else if err := c.t.Deregister(tx.stage); err != nil {
 			return false, c.fail(fmt.Errorf("enlarge: promote: free send buffer: %w", err))
 		}
 	}
 	clear(c.mb.Bytes()[mbAck : mbAck+AckLen])
+	tx.ackArrived = false
 	tx.stage = stage
 	tx.phase, tx.state = p, StateLarge
 	tx.raddr, tx.rkey = a.Addr, a.RKey
@@ -773,15 +792,9 @@ func (c *Channel) Recv(p []byte) (n int, end bool, err error) {
 }
 
 func (c *Channel) consumed(slot int32) error {
-	if slot < 0 {
-		return nil // copied off a freed ring: nothing to give back
+	if slot >= 0 { // not copied off a freed ring
+		c.rx.consumed++
 	}
-	if c.rx.phase == 0 {
-		if err := c.repost(int(slot)); err != nil {
-			return c.fail(err)
-		}
-	}
-	c.rx.consumed++
 	return nil
 }
 
@@ -799,7 +812,13 @@ func (c *Channel) Close() error {
 
 func (c *Channel) release() error {
 	var first error
-	for _, r := range []*Region{&c.mb, &c.rx.ring, &c.tx.stage, &c.tx.old} {
+	for _, o := range c.tx.old {
+		if err := c.t.Deregister(o.r); err != nil && first == nil {
+			first = fmt.Errorf("enlarge: close: %w", err)
+		}
+	}
+	c.tx.old = nil
+	for _, r := range []*Region{&c.mb, &c.rx.ring, &c.tx.stage} {
 		if *r != nil {
 			if err := c.t.Deregister(*r); err != nil && first == nil {
 				first = fmt.Errorf("enlarge: close: %w", err)

@@ -57,6 +57,9 @@ func recvMsg(tb testing.TB, p *pair, c *Channel, max int) []byte {
 
 func (e *fakeEnd) count(op Op) int64 { return e.posted[op].Load() }
 
+// n returns how many WRITE_WITH_IMMs of the given kind e has executed.
+func (e *fakeEnd) n(kind uint32) int64 { return e.kinds[kind].Load() }
+
 func TestStartupRegistersSmallRingAndMailboxOnly(t *testing.T) {
 	p := newPair(t, nil)
 	for _, c := range []*Channel{p.a, p.b} {
@@ -91,8 +94,8 @@ func TestEagerMessagesAllFit(t *testing.T) {
 			t.Fatalf("message %d: got %d B, want %d B (%x…)", i, len(got), len(want), want[:1])
 		}
 	}
-	if got := p.fa.count(OpSend); got != 3 {
-		t.Errorf("%d SENDs, want 3", got)
+	if got := p.fa.n(immData); got != 3 {
+		t.Errorf("%d data writes, want 3", got)
 	}
 	if s := p.a.Stats(); s.ControlSent != 0 || s.SendState != StateSmall {
 		t.Errorf("stats after eager sends: %+v", s)
@@ -136,9 +139,9 @@ func TestEveryElementChecked(t *testing.T) {
 				}
 			}
 			until(t, p, "ack", func() bool { return p.b.Stats().RecvPhase == int(tc.wantPhase) })
-			// the request went in a slot of the small ring as a SEND with immediate data
-			if got := p.fa.count(OpSendImm); got != 1 {
-				t.Fatalf("%d control SENDs, want 1", got)
+			// the request went in a slot of the small ring
+			if got := p.fa.n(immReq); got != 1 {
+				t.Fatalf("%d requests, want 1", got)
 			}
 			var ack [AckLen]byte
 			until(t, p, "ack in mailbox", func() bool {
@@ -171,7 +174,7 @@ func TestRequestRecordsSizeAndIsSentOnce(t *testing.T) {
 		}
 	}
 	time.Sleep(time.Millisecond)
-	if got := p.fa.count(OpSendImm) + p.fa.count(OpSend); got != 1 {
+	if got := p.fa.n(immReq) + p.fa.n(immData) + p.fa.n(immMore); got != 1 || p.fa.n(immReq) != 1 {
 		t.Fatalf("%d ring messages sent, want exactly the 1 request", got)
 	}
 	// decode the request from b's ring slot 0
@@ -238,8 +241,8 @@ func TestReceiverPromotesAndAcks(t *testing.T) {
 	if got := recvMsg(t, p, p.b, 10000); !bytes.Equal(got, big) {
 		t.Fatal("large message damaged")
 	}
-	if got := p.fa.count(OpWriteImm); got != 1 {
-		t.Errorf("%d WRITE_WITH_IMMs, want 1", got)
+	if got := p.fa.n(immData); got != 2 {
+		t.Errorf("%d data writes, want 2 (one eager, one large)", got)
 	}
 	sa := p.a.Stats()
 	if sa.SendPhase != 1 || sa.SendState != StateLarge || sa.Promotions != 1 {
@@ -308,7 +311,7 @@ func TestAckRefused(t *testing.T) {
 			if n, err := p.a.Send([][]byte{big}); n != 0 || err != nil {
 				t.Fatalf("Send = %d, %v", n, err)
 			}
-			until(t, p, "ack written", func() bool { return p.fb.count(OpWrite) == 1 })
+			until(t, p, "ack written", func() bool { return p.fb.n(immAck) == 1 })
 			time.Sleep(time.Millisecond)
 			for i := 0; i < 20; i++ {
 				n, err := p.a.Send([][]byte{big, payload(10, 2)})
@@ -316,17 +319,17 @@ func TestAckRefused(t *testing.T) {
 					t.Fatalf("call %d: Send = %d, %v; want 0, nil", i, n, err)
 				}
 			}
-			if got := p.fa.count(OpWriteImm) + p.fa.count(OpSend); got != 0 {
+			if got := p.fa.n(immData) + p.fa.n(immMore); got != 0 {
 				t.Errorf("%d data messages sent without a valid ack", got)
 			}
-			if got := p.fa.count(OpSendImm); got != 1 {
+			if got := p.fa.n(immReq); got != 1 {
 				t.Errorf("request sent %d times, want once", got)
 			}
 			s := p.a.Stats()
 			if s.SendState != StateRequested || s.SendPhase != 0 {
 				t.Errorf("sender state %v phase %d, want requested 0", s.SendState, s.SendPhase)
 			}
-			if tc.hook != nil && tc.name != "no head" && s.AckRefused == 0 {
+			if s.AckRefused == 0 {
 				t.Error("AckRefused not counted")
 			}
 		})
@@ -369,7 +372,7 @@ func TestLateTailAcceptedOnLaterCall(t *testing.T) {
 	if got := recvMsg(t, p, p.b, 5000); !bytes.Equal(got, big) {
 		t.Fatal("data damaged")
 	}
-	if got := p.fa.count(OpSendImm); got != 1 {
+	if got := p.fa.n(immReq); got != 1 {
 		t.Errorf("request sent %d times", got)
 	}
 }
@@ -392,9 +395,9 @@ func TestThreePhasesAndStaleKeysRefused(t *testing.T) {
 	}
 	until(t, p, "old send buffer freed", func() bool { return phase1Stage.dead.Load() })
 	// over the top step: pieces of 128 KiB
-	before := p.fa.count(OpWriteImm)
+	before := p.fa.n(immData) + p.fa.n(immMore)
 	promote(t, p, 300000)
-	if got := p.fa.count(OpWriteImm) - before; got != 3 {
+	if got := p.fa.n(immData) + p.fa.n(immMore) - before; got != 3 {
 		t.Errorf("300000 B went in %d writes, want 3 pieces", got)
 	}
 	// small messages still work after promotion (they use the large buffer)
@@ -642,12 +645,9 @@ func TestBaselineMode(t *testing.T) {
 	if s := p.a.Stats(); s.ControlSent != 0 || s.Promotions != 0 || s.SendPhase != 0 {
 		t.Errorf("baseline promoted: %+v", s)
 	}
-	if got := p.fa.count(OpSendImm); got != 4 {
-		// 4000 B: 1 piece + last; 20000 B: 4 pieces + last → 1 + 4 non-final pieces
-		t.Logf("%d SENDs with immediate (pieces)", got)
-	}
-	if got, want := p.fa.count(OpSend)+p.fa.count(OpSendImm), int64(1+1+1+5); got != want {
-		t.Errorf("%d SENDs, want %d", got, want)
+	// 100 B, 3686 B (90 % of 4096) and 4000 B go whole; 20000 B in 5 pieces
+	if d, m := p.fa.n(immData), p.fa.n(immMore); d != 4 || m != 4 {
+		t.Errorf("%d whole/last writes and %d pieces, want 4 and 4", d, m)
 	}
 }
 

@@ -5,16 +5,19 @@ import (
 	"strconv"
 )
 
-// Control messages. Every one begins with the 4-byte Magic and a type byte, so
-// a capture decoder can recognise them in a SEND or RDMA WRITE payload (see
-// DescribeControl). Integers are big-endian (network order).
+// Control messages. Every one begins with the 4-byte Magic, a type byte and
+// a version byte, so a capture decoder can recognise it in an RDMA WRITE
+// payload (see DescribeControl). Integers are big-endian (network order).
 //
-//	ENLARGE_REQ (16 bytes), sent in a slot of the current ring:
+//	ENLARGE_REQ (16 bytes), written into a slot of the current ring:
 //	 0 magic "XDEN" | 4 type 1 | 5 version 1 | 6 reserved u16 | 8 phase u32 | 12 size needed u32
 //
-//	ENLARGE_ACK (32 bytes), RDMA-written into the requester's mailbox:
+//	ENLARGE_ACK (32 bytes), written into the requester's mailbox:
 //	 0 head flag: magic "XDEN", type 2, version 1, reserved u16 (8 bytes)
 //	 8 address u64 | 16 rkey u32 | 20 length u32 | 24 phase u32 | 28 tail flag u32 (TailFlag)
+//
+//	ENLARGE_CREDIT (16 bytes), written into the sender's mailbox:
+//	 0 magic "XDEN" | 4 type 3 | 5 version 1 | 6 reserved u16 | 8 phase u32 | 12 messages consumed u32
 //
 // The head flag is the first thing the sender checks; the tail flag is the
 // last word of the record, so seeing both means the whole record has landed.
@@ -26,9 +29,11 @@ const (
 	// Version is the control-message version this package speaks.
 	Version = 1
 
-	// ReqLen and AckLen are the encoded sizes of the control messages.
-	ReqLen = 16
-	AckLen = 32
+	// ReqLen, AckLen and CreditLen are the encoded sizes of the control
+	// messages.
+	ReqLen    = 16
+	AckLen    = 32
+	CreditLen = 16
 )
 
 // Type is the type byte of a control message.
@@ -36,22 +41,25 @@ type Type uint8
 
 // Control message types.
 const (
-	TypeReq Type = 1 // ENLARGE_REQ
-	TypeAck Type = 2 // ENLARGE_ACK
+	TypeReq    Type = 1 // ENLARGE_REQ
+	TypeAck    Type = 2 // ENLARGE_ACK
+	TypeCredit Type = 3 // ENLARGE_CREDIT
 )
 
-// String returns "ENLARGE_REQ", "ENLARGE_ACK" or "TYPE(n)".
+// String returns "ENLARGE_REQ", "ENLARGE_ACK", "ENLARGE_CREDIT" or "TYPE(n)".
 func (t Type) String() string {
 	switch t {
 	case TypeReq:
 		return "ENLARGE_REQ"
 	case TypeAck:
 		return "ENLARGE_ACK"
+	case TypeCredit:
+		return "ENLARGE_CREDIT"
 	}
 	return "TYPE(" + strconv.Itoa(int(t)) + ")"
 }
 
-// Req is an ENLARGE_REQ: the sender asks for the receiver's ring of Phase,
+// Req is an ENLARGE_REQ: the sender asks for the receiver's buffer of Phase,
 // because an element of Size bytes does not fit the current one.
 type Req struct {
 	Phase uint32
@@ -68,14 +76,14 @@ type Ack struct {
 
 // Mailbox layout (MailboxLen bytes, registered by each end at start). The
 // first part is written by the peer; the second is staging for what this end
-// RDMA-writes into the peer's mailbox.
+// writes into the peer's mailbox.
 const (
 	mbAck       = 0  // incoming ENLARGE_ACK (AckLen)
-	mbCredit    = 32 // incoming credit word: phase<<24 | messages consumed (mod 2^24)
-	mbOutAck    = 40 // outgoing ENLARGE_ACK staging
-	mbOutCredit = 72 // outgoing credit staging
+	mbCredit    = 32 // incoming ENLARGE_CREDIT (CreditLen; the count also comes as immediate data)
+	mbOutAck    = 48 // outgoing ENLARGE_ACK staging
+	mbOutCredit = 80 // outgoing ENLARGE_CREDIT staging
 	// MailboxLen is the size of the mailbox each end registers.
-	MailboxLen = 80
+	MailboxLen = 96
 )
 
 func putHead(b []byte, t Type) {
@@ -184,19 +192,43 @@ func DescribeControl(payload []byte) (string, bool) {
 			" rkey=0x" + strconv.FormatUint(uint64(a.RKey), 16) +
 			" len=" + strconv.FormatUint(uint64(a.Length), 10) +
 			" phase=" + strconv.FormatUint(uint64(a.Phase), 10), true
+	case TypeCredit:
+		if len(payload) < CreditLen || !headOK(payload, TypeCredit) {
+			return "ENLARGE_CREDIT (malformed)", true
+		}
+		return "ENLARGE_CREDIT phase=" + strconv.FormatUint(uint64(binary.BigEndian.Uint32(payload[8:])), 10) +
+			" consumed=" + strconv.FormatUint(uint64(binary.BigEndian.Uint32(payload[12:])), 10), true
 	}
 	return "ENLARGE control type " + strconv.Itoa(int(payload[4])), true
 }
 
-// Immediate data of every message written into a ring (WRITE_WITH_IMM) and of
-// control and piece SENDs: the top two bits say what it is, the rest is the
-// length in bytes. A SEND without immediate data is a whole data message.
+// Every message between the ends is an RDMA WRITE_WITH_IMM; the immediate
+// data says what it is (top three bits) and, for ring messages, its length:
+//
+//	data, more, REQ: kind | length (29 bits)
+//	ACK:             kind | phase
+//	CREDIT:          kind | phase (8 bits) << 21 | messages consumed mod 2^21
 const (
-	immKindShift        = 30
+	immKindShift        = 29
 	immLenMask          = 1<<immKindShift - 1
 	immData      uint32 = 0 // a whole message, or the last piece of one
 	immMore      uint32 = 1 // a piece; more of the same message follows
-	immControl   uint32 = 2 // a control message (ENLARGE_REQ)
+	immReq       uint32 = 2 // ENLARGE_REQ in a ring slot
+	immAck       uint32 = 3 // ENLARGE_ACK in the mailbox
+	immCredit    uint32 = 4 // ENLARGE_CREDIT in the mailbox
+	creditMask          = 1<<21 - 1
 )
 
 func makeImm(kind uint32, n int) uint32 { return kind<<immKindShift | uint32(n)&immLenMask }
+
+func creditImm(phase int, consumed uint32) uint32 {
+	return immCredit<<immKindShift | uint32(phase&0xFF)<<21 | consumed&creditMask
+}
+
+func (c credit) encode(b []byte) {
+	putHead(b, TypeCredit)
+	binary.BigEndian.PutUint32(b[8:], c.phase)
+	binary.BigEndian.PutUint32(b[12:], c.consumed)
+}
+
+type credit struct{ phase, consumed uint32 }

@@ -49,6 +49,7 @@ func TestDescribeControl(t *testing.T) {
 		{ack, "ENLARGE_ACK addr=0x10000 rkey=0x1234 len=8192 phase=1", true},
 		{append(ack[:28:28], 0, 0, 0, 0), "ENLARGE_ACK (incomplete: no tail)", true},
 		{ack[:20], "ENLARGE_ACK (truncated)", true},
+		{func() []byte { b := make([]byte, CreditLen); credit{2, 17}.encode(b); return b }(), "ENLARGE_CREDIT phase=2 consumed=17", true},
 		{[]byte("hello, world"), "", false},
 		{nil, "", false},
 		{[]byte{0x58, 0x44, 0x45, 0x4e, 9, 1, 0, 0}, "ENLARGE control type 9", true},

@@ -12,15 +12,24 @@
 // large, and its phase is an index into the ladder (default 512 B → 8 KiB →
 // 128 KiB).
 //
+// Every message between the two ends is an RDMA WRITE_WITH_IMM: its
+// immediate data says what it is (data, piece, ENLARGE_REQ, ENLARGE_ACK,
+// ENLARGE_CREDIT) and how long, and its completion at the receiver is what
+// tells the receiver something arrived. Receives are zero-length and only
+// counted, so no receive ever points into a buffer that gets freed, and the
+// caller reads mailbox memory only after the completion of the write that
+// filled it: the handoff from the progress engine's goroutine to the caller's
+// is ordered by the completion queue (no data race; see Transport.Load).
+//
 // Send checks every element of an iovec against the threshold (Threshold %,
-// default 90 %, of the current slot). Elements that fit go at once: in phase 0
-// as a SEND into a posted receive of the peer's ring, in later phases as an
-// RDMA WRITE_WITH_IMM into the peer's buffer (the immediate data carries the
-// length and whether more pieces follow). At the first element that does not
-// fit, with no request out, an ENLARGE_REQ (phase, size needed) goes into a
-// slot of the current ring instead (SEND with immediate data in phase 0,
-// WRITE_WITH_IMM later) and Send reports 0 bytes for that element and no
-// error. Until the answer, nothing more goes into the old ring.
+// default 90 %, of the current slot). Elements that fit go at once (eagerly)
+// into the next slot of the peer's current buffer: the phase-0 ring whose
+// address and rkey came in the Endpoint, later the buffer named by the last
+// ENLARGE_ACK. At the first element that does not fit, with no request out, an
+// ENLARGE_REQ (the phase the largest remaining element needs, and its size)
+// goes into a slot of the current ring instead, and Send reports 0 bytes for
+// that element and no error. Until the answer, nothing more goes into the old
+// ring.
 //
 // The receiver handles the request in Progress (every call runs it), between
 // its other work: messages still queued from the old ring are copied off it,
@@ -28,18 +37,18 @@
 // larger buffer (LargeSlots × the new step) is registered and an ENLARGE_ACK,
 // laid out head flag | address | rkey | length | phase | tail flag, is
 // RDMA-written into the sender's mailbox. The sender checks the head, then
-// for at most TailTimeout the tail, then validates the whole record (magic,
-// type, version, phase, length, rkey); anything less means 0 bytes, no error,
-// no data, and the next call looks again; the request is never resent. On a
+// (for at most TailTimeout) the tail, then the whole record (magic, type,
+// version, phase, length, rkey); anything less means 0 bytes, no error, no
+// data, and the next call looks again; the request is never resent. On a
 // valid ack the sender registers its large send buffer (the previous one is
-// deregistered once its writes complete), copies each message in and
-// RDMA-writes it with immediate data into the receiver's buffer; the
-// receiver copies it to the caller's buffer.
+// deregistered once its writes complete), copies each message in and writes it
+// into the receiver's buffer; the receiver copies it to the caller's buffer.
 //
-// Flow control: the receiver RDMA-writes how many messages of the current
-// phase it has consumed into a credit word of the sender's mailbox (every
-// quarter ring, one update in flight); the sender never has more messages
-// outstanding than the peer's buffer has slots, so receives never run out.
+// Flow control: the receiver tells the sender how many messages of the
+// current phase it has consumed (ENLARGE_CREDIT, every quarter of the slots,
+// one update in flight); the sender never has more messages outstanding than
+// the peer's buffer has slots, and RecvDepth receives (slots plus spares for
+// the peer's ACK and CREDIT) stay posted.
 //
 // A message larger than the top step goes in top-step pieces, each a
 // WRITE_WITH_IMM into the same buffer, the receiver concatenating them. We

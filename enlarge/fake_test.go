@@ -82,12 +82,15 @@ type fakeEnd struct {
 	rqHead int
 	cq     []Completion
 
-	hook     atomic.Pointer[func(wr *WorkRequest, data []byte) fakeAction]
-	pending  sync.WaitGroup // delayed tails
-	regBytes atomic.Int64
-	posted   [5]atomic.Int64 // work requests executed, by Op
-	scratch  []byte
-	cur      WorkRequest
+	hook       atomic.Pointer[func(wr *WorkRequest, data []byte) fakeAction]
+	pending    sync.WaitGroup // delayed tails
+	regBytes   atomic.Int64
+	posted     [3]atomic.Int64 // work requests executed, by Op
+	scratch    []byte
+	cur        WorkRequest
+	rnr        atomic.Int64 // receiver-not-ready waits
+	dataWrites atomic.Int64
+	kinds      [5]atomic.Int64 // WRITE_WITH_IMMs by kind: data, more, req, ack, credit
 }
 
 func newFakePair(seed int64) (a, b *fakeEnd) {
@@ -227,22 +230,13 @@ func (e *fakeEnd) execute(wr *WorkRequest) {
 	}
 	src := local.buf[wr.Offset : wr.Offset+wr.Length]
 	peer := e.peer
+	if wr.Op == OpWriteImm {
+		e.dataWrites.Add(1)
+		if k := wr.Imm >> immKindShift; k <= immCredit {
+			e.kinds[k].Add(1)
+		}
+	}
 	switch wr.Op {
-	case OpSend, OpSendImm:
-		rv, ok := peer.takeRecv()
-		if !ok {
-			fail("IBV_WC_RNR_RETRY_EXC_ERR")
-			return
-		}
-		if rv.r == nil || rv.r.dead.Load() || rv.n < len(src) {
-			peer.complete(Completion{ID: rv.id, Kind: CompRecv, Status: "IBV_WC_LOC_LEN_ERR"})
-			fail("IBV_WC_REM_INV_REQ_ERR")
-			return
-		}
-		rv.r.mu.Lock()
-		copy(rv.r.buf[rv.off:], src)
-		rv.r.mu.Unlock()
-		peer.complete(Completion{ID: rv.id, Kind: CompRecv, Len: len(src), Imm: wr.Imm, HasImm: wr.Op == OpSendImm})
 	case OpWrite, OpWriteImm:
 		dst := e.net.lookup(wr.RKey)
 		if dst == nil || dst.rkey != wr.RKey || wr.RemoteAddr < dst.addr ||
@@ -282,10 +276,16 @@ func (e *fakeEnd) execute(wr *WorkRequest) {
 			dst.mu.Unlock()
 		}
 		if wr.Op == OpWriteImm {
+			// like RNR retry forever: wait for the peer to post a receive
 			rv, ok := peer.takeRecv()
-			if !ok {
-				fail("IBV_WC_RNR_RETRY_EXC_ERR")
-				return
+			for !ok {
+				select {
+				case <-e.quit:
+					return
+				case <-time.After(50 * time.Microsecond):
+				}
+				e.rnr.Add(1)
+				rv, ok = peer.takeRecv()
 			}
 			peer.complete(Completion{ID: rv.id, Kind: CompRecvImm, Imm: wr.Imm, HasImm: true})
 		}

@@ -16,14 +16,17 @@ type Transport interface {
 	// be written until its completion has been polled.
 	PostSend(wr *WorkRequest) error
 	// PostRecv posts a receive into r[off:off+n]; r == nil posts a
-	// zero-length receive (enough for a WRITE_WITH_IMM).
+	// zero-length receive (enough for a WRITE_WITH_IMM, all a Channel uses).
 	PostRecv(id uint64, r Region, off, n int) error
 	// Poll stores up to len(c) completions in c without blocking.
 	Poll(c []Completion) (int, error)
-	// Load copies r[off:off+len(dst)] into dst. The peer's RDMA WRITEs into
-	// r are applied by another goroutine (the device's progress engine) and
-	// signal nothing; Load is ordered with them (no data race), and the
-	// bytes it returns are a mix of complete 4-byte words, old or new.
+	// Load copies r[off:off+len(dst)] into dst: memory the peer RDMA-wrote.
+	// Such writes are applied by another goroutine (the device's progress
+	// engine). A Channel calls Load only after it has polled the completion
+	// of the WRITE_WITH_IMM concerned, which orders it after the write for
+	// any transport whose completion queue synchronises (a plain copy is
+	// then race-free); a transport that can land bytes later (the test fake
+	// delays an ENLARGE_ACK's tail) must synchronise Load with that itself.
 	Load(r Region, off int, dst []byte)
 }
 
@@ -42,10 +45,8 @@ type Op uint8
 
 // Operations.
 const (
-	OpSend     Op = iota + 1 // SEND
-	OpSendImm                // SEND with immediate data
-	OpWrite                  // RDMA WRITE
-	OpWriteImm               // RDMA WRITE with immediate data
+	OpWrite    Op = iota + 1 // RDMA WRITE
+	OpWriteImm               // RDMA WRITE with immediate data (a Channel uses only this)
 )
 
 // WorkRequest is one send-queue work request: Length bytes of Local from
@@ -67,7 +68,6 @@ type CompletionKind uint8
 // Completion kinds.
 const (
 	CompSend    CompletionKind = iota + 1 // a send-queue work request finished
-	CompRecv                              // a SEND arrived
 	CompRecvImm                           // a WRITE_WITH_IMM arrived (its data is in memory)
 )
 
@@ -76,7 +76,6 @@ type Completion struct {
 	ID     uint64
 	Kind   CompletionKind
 	Status string // empty on success, else the ibverbs status name
-	Len    int    // bytes received (CompRecv)
 	Imm    uint32
 	HasImm bool
 }
