@@ -377,3 +377,14 @@ func FuzzDescribe(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDescribe(b *testing.B) {
+	frame := goldenFrameBytes(b, "rc_write")[0]
+	f := &Frame{Data: frame, LinkType: LinkTypeEthernet}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	var line []byte
+	for b.Loop() {
+		line = Describe(f).AppendText(line[:0])
+	}
+}

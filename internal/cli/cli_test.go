@@ -313,9 +313,29 @@ func TestBinaryVerify(t *testing.T) {
 			t.Errorf("%s: %d bytes of output, stderr %q", f, len(out), stderr.String())
 		}
 	}
-	// All at once too (file-name prefixes, one run).
-	if out, err := exec.Command(binary, append([]string{"dump", "--verify"}, good...)...).CombinedOutput(); err != nil {
+	// All at once too: one run, every line prefixed with its file name.
+	out, err := exec.Command(binary, append([]string{"dump", "--verify"}, good...)...).CombinedOutput()
+	if err != nil {
 		t.Errorf("dump --verify of all captures: %v\n%s", err, out[max(0, len(out)-500):])
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if !strings.Contains(line, ".pcap: ") && !strings.Contains(line, ".pcapng: ") {
+			t.Errorf("line without a file name: %q", line)
+			break
+		}
+	}
+	// "-" reads standard input.
+	golden := filepath.Join(goldenDir, "rc_read.pcapng")
+	want, _ := os.ReadFile(filepath.Join(goldenDir, "rc_read.txt"))
+	stdin, err := os.Open(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	cmd := exec.Command(binary, "dump", "--verify", "-")
+	cmd.Stdin = stdin
+	if out, err := cmd.Output(); err != nil || string(out) != string(want) {
+		t.Errorf("dump - < %s: %v\n%s", golden, err, out)
 	}
 
 	bad, _ := filepath.Glob("../../testdata/malformed/*")
