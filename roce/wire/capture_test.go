@@ -147,3 +147,50 @@ func TestCaptureErrorIsSentinel(t *testing.T) {
 		t.Errorf("fields not filled in after ErrBadICRC: %+v", p)
 	}
 }
+
+// TestCapturesObservedFacts pins what ROCEV2.md says rxe sends, as seen in
+// the captures, so the QP engine can be byte-exact with rxe. Where the sheet
+// is less precise than the packets (AckReq), the packets are asserted.
+func TestCapturesObservedFacts(t *testing.T) {
+	for _, f := range rxeFrames(t) {
+		var p wire.Packet
+		if err := p.Decode(f.data); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := p.BTH.Opcode.Info()
+		fromHost := p.SrcIP.String() == "192.0.2.1" // host_rc_pingpong.py on a kernel UDP socket
+		if p.TOS != 0 || p.TTL != 64 || p.IPFlags != wire.IPv4DontFragment {
+			t.Errorf("%v: TOS %d TTL %d flags %d, want 0 64 DF", f, p.TOS, p.TTL, p.IPFlags)
+		}
+		if fromHost {
+			// Kernel UDP socket: IP ID 0 (IP_PMTUDISC_DO), real UDP
+			// checksum, source port 4791.
+			if p.IPID != 0 || p.UDPChecksum == 0 || p.SrcPort != wire.UDPPort {
+				t.Errorf("%v: host frame ID %d checksum %#x port %d", f, p.IPID, p.UDPChecksum, p.SrcPort)
+			}
+		} else if p.UDPChecksum != 0 || p.SrcPort < wire.SourcePortMin {
+			t.Errorf("%v: rxe frame UDP checksum %#x source port %d", f, p.UDPChecksum, p.SrcPort)
+		}
+		b := p.BTH
+		if b.PKey != wire.DefaultPKey || b.MigReq || b.SE || b.FECN || b.BECN || b.Resv6 != 0 || b.Resv7 != 0 {
+			t.Errorf("%v: BTH %+v", f, b)
+		}
+		// AckReq: RC requests set it on the last packet of a message
+		// (LAST or ONLY) only; rxe's UC and UD QPs never set it, but QP1
+		// (GSI, the RDMA-CM MADs) does. Responses never set it.
+		var ack bool
+		switch {
+		case !info.Request:
+		case info.Transport == wire.RC:
+			ack = info.Pos == wire.PosLast || info.Pos == wire.PosOnly
+		case info.Transport == wire.UD:
+			ack = p.DETH.SrcQPN == 1
+		}
+		if b.AckReq != ack {
+			t.Errorf("%v: %v AckReq %v, want %v", f, b.Opcode, b.AckReq, ack)
+		}
+		if info.Transport == wire.UD && p.DETH.SrcQPN == 1 && p.DETH.QKey != wire.GSIQKey {
+			t.Errorf("%v: QP1 Q_Key %#x", f, p.DETH.QKey)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/binary"
 	"flag"
 	"strings"
 	"testing"
@@ -263,5 +264,58 @@ func TestAETH(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[uint8]bool{0x1F: true, 0x2C: true, 0x62: true}, seen); diff != "" {
 		t.Errorf("AETH syndromes in the captures (-want +got):\n%s", diff)
+	}
+}
+
+// TestCMSourcePorts checks the RDMA-CM flow label against the captures: each
+// CM ConnectRequest (a MAD on QP1) carries the service ID (port space 0x0106
+// and the server's port), the client's port in the rdma_cm private data and
+// the primary path flow label; CMFlowLabel of the ports must equal that flow
+// label, and SourcePortFromFlowLabel of it must be the source port of every
+// RC packet of the connection.
+func TestCMSourcePorts(t *testing.T) {
+	want := map[string]map[uint16]bool{}
+	got := map[string]map[uint16]bool{}
+	for _, f := range rxeFrames(t) {
+		if !strings.HasPrefix(f.file, "rdmacm") {
+			continue
+		}
+		if want[f.file] == nil {
+			want[f.file], got[f.file] = map[uint16]bool{}, map[uint16]bool{}
+		}
+		var p wire.Packet
+		if err := p.Decode(f.data); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := p.BTH.Opcode.Info(); info.Transport == wire.RC {
+			got[f.file][p.SrcPort] = true
+			continue
+		}
+		mad := p.Payload
+		if p.BTH.DestQPN != 1 || len(mad) != 256 || mad[0] != 1 || mad[1] != 7 || binary.BigEndian.Uint16(mad[16:]) != 0x0010 {
+			continue // not a CM ConnectRequest
+		}
+		req := mad[24:]
+		sid := binary.BigEndian.Uint64(req[8:])
+		if sid>>16 != 0x0106 {
+			t.Fatalf("%v: service ID %#x is not in the RDMA_PS_TCP space", f, sid)
+		}
+		dport := uint16(sid)
+		priv := req[140:] // REQ private data: the last 92 of its 232 bytes
+		if priv[1]>>4 != 4 {
+			t.Fatalf("%v: cma header IP version %d", f, priv[1]>>4)
+		}
+		sport := binary.BigEndian.Uint16(priv[2:])
+		fl := binary.BigEndian.Uint32(req[88:]) >> 12
+		if c := wire.CMFlowLabel(sport, dport); c != fl {
+			t.Errorf("%v: CMFlowLabel(%d, %d) = %#x, REQ carries %#x", f, sport, dport, c, fl)
+		}
+		want[f.file][wire.SourcePortFromFlowLabel(fl)] = true
+	}
+	if len(want) != 2 {
+		t.Fatalf("rdmacm captures: %d", len(want))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("RC source ports of the CM connections (-from the REQs +captured):\n%s", diff)
 	}
 }
