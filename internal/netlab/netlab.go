@@ -348,7 +348,9 @@ func (l *Lab) setupEnd(ns *NS, name string, mtu int, cfg LinkConfig) (*Iface, er
 }
 
 // Up waits until the interface is operationally up (the veth peer is up too)
-// or the timeout passes.
+// or the timeout passes. The kernel's link watcher may take up to a second to
+// mark it so (and to activate its queueing discipline, without which the
+// kernel stack drops what it sends); AF_XDP frames flow before that.
 func (e *Iface) Up(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
