@@ -25,6 +25,10 @@ type Record struct {
 	Time  time.Time `json:"time"`          // capture timestamp
 	Dir   string    `json:"dir,omitempty"` // "in" or "out" when the capture says
 	Len   int       `json:"len"`           // captured bytes
+	// OrigLen is the frame's length on the wire when the capture kept only
+	// part of it (snapshot length); 0 when the whole frame was captured. A
+	// cut RoCE frame cannot be checked: it does not decode and counts as bad.
+	OrigLen int `json:"orig_len,omitempty"`
 
 	// RoCE is true for frames sent to UDP port 4791; the fields below are
 	// then filled in as far as the frame decodes.
@@ -164,6 +168,9 @@ func describePayload(p *wire.Packet) (name, desc string) {
 // not RoCEv2 gets a Summary, a RoCE frame that does not decode gets an Error.
 func Describe(f *Frame) *Record {
 	r := &Record{Index: f.Index, Time: f.Time, Len: len(f.Data)}
+	if f.OrigLen > len(f.Data) {
+		r.OrigLen = f.OrigLen
+	}
 	if f.Dir != DirUnknown {
 		r.Dir = f.Dir.String()
 	}

@@ -388,3 +388,19 @@ func BenchmarkDescribe(b *testing.B) {
 		line = Describe(f).AppendText(line[:0])
 	}
 }
+
+// TestDescribeSnapped: a RoCE frame cut by the capture's snapshot length says
+// so, and cannot pass --verify.
+func TestDescribeSnapped(t *testing.T) {
+	frame := goldenFrameBytes(t, "rc_write")[0]
+	rec := Describe(&Frame{Data: frame[:96], OrigLen: len(frame), LinkType: LinkTypeEthernet, Index: 3})
+	if rec.OrigLen != len(frame) || !rec.Bad() {
+		t.Errorf("snapped frame: %+v", rec)
+	}
+	if s := rec.String(); !strings.Contains(s, "3 00:00:00.000000000 (captured 96 of 330 bytes) 198.51.100.1:49458 → 198.51.100.2:4791 RC_RDMA_WRITE_FIRST") {
+		t.Errorf("snapped frame text %q", s)
+	}
+	if rec := Describe(&Frame{Data: frame, OrigLen: len(frame), LinkType: LinkTypeEthernet}); rec.OrigLen != 0 || rec.Bad() {
+		t.Errorf("whole frame: %+v", rec)
+	}
+}

@@ -89,8 +89,9 @@ const maxFrame = 1 << 20
 // resolution nanoseconds: if_tsresol = 9), and one Enhanced Packet Block per
 // WritePacket with the frame's direction in epb_flags.
 //
-// Output is buffered: call Flush before closing the underlying file, or the
-// tail of the capture is lost. Errors are sticky: after a failed write every
+// Output is buffered (64 KiB): call Flush before closing the underlying file,
+// or the tail of the capture is lost. A long-running recorder may also call
+// Flush from time to time (from any goroutine) to bound what a crash loses. Errors are sticky: after a failed write every
 // later call returns the same error, and Err reports it, so a caller that
 // ignores per-frame errors (as Wrap does) still learns of the failure at Flush.
 //
@@ -274,6 +275,15 @@ func (w *Writer) Flush() error {
 		w.err = fmt.Errorf("capture: flush: %w", err)
 	}
 	return w.err
+}
+
+// fail records err as the sticky error unless one is already recorded.
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = err
+	}
 }
 
 // Err returns the first error met by any call, or nil.

@@ -25,6 +25,13 @@ func (r *Record) AppendText(b []byte) []byte {
 		b = append(b, ' ')
 		b = append(b, r.Dir...)
 	}
+	if r.OrigLen != 0 {
+		b = append(b, " (captured "...)
+		b = strconv.AppendInt(b, int64(r.Len), 10)
+		b = append(b, " of "...)
+		b = strconv.AppendInt(b, int64(r.OrigLen), 10)
+		b = append(b, " bytes)"...)
+	}
 	if !r.RoCE {
 		b = append(b, ' ')
 		b = append(b, r.Summary...)

@@ -37,7 +37,10 @@ func Wrap(l link.Link, w *Writer) link.Link {
 func WrapInterface(l link.Link, w *Writer, ifc Interface) link.Link {
 	id, err := w.AddInterface(ifc)
 	if err != nil {
-		id = -1 // every write then fails with the sticky error or ErrNoInterface
+		// Make the failure sticky so that Close and Flush report it; every
+		// recorded frame then fails with it too.
+		w.fail(err)
+		id = -1
 	}
 	return &recorder{Link: l, w: w, iface: id}
 }

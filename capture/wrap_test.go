@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,18 @@ func BenchmarkWrapSendReceive(b *testing.B) {
 	for b.Loop() {
 		l.Receive(batch)
 		l.Send(batch)
+	}
+}
+
+// TestWrapBadInterface: an interface the Writer refuses makes the Writer fail,
+// so Close reports it instead of silently recording nothing.
+func TestWrapBadInterface(t *testing.T) {
+	w, _ := NewWriter(io.Discard, nil)
+	l := WrapInterface(&fakeLink{}, w, Interface{Name: string(make([]byte, 70000))})
+	if err := l.Send([][]byte{[]byte("x")}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if err := l.Close(); err == nil || !strings.Contains(err.Error(), "longer than 65535") {
+		t.Errorf("Close = %v, want the add-interface error", err)
 	}
 }

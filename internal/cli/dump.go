@@ -38,7 +38,8 @@ JSON FORMAT
   "format": "pcap"|"pcapng", "frames": [RECORD...]}]}; --format json-line (and
   its alias --json) prints one RECORD per line, each with "schema" and "file"
   added. Field names are stable within schema 1 (see capture.Record):
-  index, time, dir, len, roce, summary, error, vlan_tci, ip_version, src, dst,
+  index, time, dir, len, orig_len, roce, summary, error, vlan_tci, ip_version,
+  src, dst,
   bth {opcode, opcode_num, dest_qpn, psn, ack_req, se, mig_req, pad_count,
   pkey, fecn, becn}, deth {qkey, src_qpn}, reth {va, rkey, dma_len},
   atomic_eth {va, rkey, swap_add, compare}, aeth {syndrome, type, value,
