@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
 func pcapFile(t testing.TB, nanos bool) ([]byte, []testFrame) {
@@ -109,11 +112,7 @@ func TestReaderBigEndianPcap(t *testing.T) {
 func TestReaderRxeCaptures(t *testing.T) {
 	want := map[string]int{"rc_pingpong.pcap": 34, "atomic_bw_cas.pcap": 52, "write_bw.pcap": 66, "ud_pingpong.pcap": 21}
 	for name, n := range want {
-		path := filepath.Join("..", "..", "shared", "pcaps", "rxe", name)
-		if _, err := os.Stat(path); err != nil {
-			path = filepath.Join("/work/shared/pcaps/rxe", name)
-		}
-		data, err := os.ReadFile(path)
+		data, err := os.ReadFile(filepath.Join("..", "testdata", "rxe", name))
 		if err != nil {
 			t.Skipf("rxe captures not available: %v", err)
 		}
@@ -238,4 +237,49 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReaderTsharkPcapng converts an rxe pcap to pcapng with tshark (other
+// block options, microsecond if_tsresol) and checks that both read the same.
+func TestReaderTsharkPcapng(t *testing.T) {
+	tshark := testenv.Tool(t, "tshark", "apt-get install tshark")
+	src := "../testdata/rxe/verbs_ops.pcap"
+	if _, err := os.Stat(src); err != nil {
+		t.Skipf("no rxe capture: %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "v.pcapng")
+	if out, err := exec.Command(tshark, "-r", src, "-F", "pcapng", "-w", dst).CombinedOutput(); err != nil {
+		t.Fatalf("tshark: %v\n%s", err, out)
+	}
+	a, _ := os.ReadFile(src)
+	b, _ := os.ReadFile(dst)
+	ra, err := NewReader(bytes.NewReader(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.Format() != FormatPcapng {
+		t.Fatalf("tshark output read as %v", rb.Format())
+	}
+	var fa, fb Frame
+	n := 0
+	for {
+		ea, eb := ra.Next(&fa), rb.Next(&fb)
+		if ea == io.EOF && eb == io.EOF {
+			break
+		}
+		if ea != nil || eb != nil {
+			t.Fatalf("frame %d: %v / %v", n+1, ea, eb)
+		}
+		n++
+		if !bytes.Equal(fa.Data, fb.Data) || !fa.Time.Equal(fb.Time) || fb.LinkType != LinkTypeEthernet {
+			t.Errorf("frame %d differs: %v %v", n, fa.Time, fb.Time)
+		}
+	}
+	if n != 28 {
+		t.Errorf("%d frames, want 28", n)
+	}
 }
