@@ -38,14 +38,13 @@ JSON FORMAT
   "format": "pcap"|"pcapng", "frames": [RECORD...]}]}; --format json-line (and
   its alias --json) prints one RECORD per line, each with "schema" and "file"
   added. Field names are stable within schema 1 (see capture.Record):
-  index, time, dir, len, orig_len, roce, summary, error, vlan_tci, ip_version,
-  src, dst,
-  bth {opcode, opcode_num, dest_qpn, psn, ack_req, se, mig_req, pad_count,
-  pkey, fecn, becn}, deth {qkey, src_qpn}, reth {va, rkey, dma_len},
-  atomic_eth {va, rkey, swap_add, compare}, aeth {syndrome, type, value,
-  meaning, msn}, atomic_ack_eth {orig}, imm_dt, ieth_rkey, payload_len,
-  payload, payload_kind, icrc {value, want, ok}. 64-bit values are strings
-  "0x...".
+  index, time, dir, len, orig_len, roce, summary, error, vlan_tci,
+  ip_version, src, dst, bth {opcode, opcode_num, dest_qpn, psn, ack_req, se,
+  mig_req, pad_count, pkey, fecn, becn}, deth {qkey, src_qpn}, reth {va,
+  rkey, dma_len}, atomic_eth {va, rkey, swap_add, compare}, aeth {syndrome,
+  type, value, meaning, msn}, atomic_ack_eth {orig}, imm_dt, ieth_rkey,
+  payload_len, payload, payload_kind, icrc {value, want, ok}. 64-bit values are
+  strings "0x...".
 
 EXIT STATUS
   0 all files read; with --verify, also every RoCE frame decodes with a good
