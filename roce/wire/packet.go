@@ -113,6 +113,14 @@ func (p *Packet) FrameLen() int {
 // the ICRC (ErrBadICRC). The two checksum errors come with every field
 // filled in; after any other error p is undefined.
 //
+// Fields the ICRC does not cover are accepted as found: the MAC addresses and
+// the 802.1Q tag, the IPv6 traffic class, flow label and hop limit, BTH
+// FECN/BECN/Resv6 (switches may change them), and the UDP checksum, which is
+// not verified (rxe sends 0; the ICRC already covers the datagram end to
+// end, and a second pass over the payload would double the cost). The IPv4
+// TOS, TTL and checksum, also left out of the ICRC, are covered by the IPv4
+// header checksum, which is verified.
+//
 // Errors are package-level *Error values wrapping one of ErrTruncated,
 // ErrNotRoCE, ErrBadLength, ErrBadVersion, ErrUnknownOpcode, ErrBadPadCount,
 // ErrBadChecksum and ErrBadICRC.
