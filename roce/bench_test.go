@@ -1,0 +1,114 @@
+package roce_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/link/pipe"
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/qp"
+)
+
+// The data-path benchmarks post work requests on an RC connection between two
+// devices over link/pipe and poll their completions, keeping depth requests
+// outstanding. They report MB/s (through SetBytes) and msgs/s.
+
+func BenchmarkDataPathSend64(b *testing.B) {
+	for _, mtu := range []int{1500, 9000} {
+		b.Run("mtu="+itoa(mtu), func(b *testing.B) { benchDataPath(b, qp.WRSend, 64, 32, mtu) })
+	}
+}
+
+func BenchmarkDataPathWrite64K(b *testing.B) {
+	for _, mtu := range []int{1500, 9000} {
+		b.Run("mtu="+itoa(mtu), func(b *testing.B) { benchDataPath(b, qp.WRRDMAWrite, 64<<10, 8, mtu) })
+	}
+}
+
+func BenchmarkDataPathRead64K(b *testing.B) {
+	for _, mtu := range []int{1500, 9000} {
+		b.Run("mtu="+itoa(mtu), func(b *testing.B) { benchDataPath(b, qp.WRRDMARead, 64<<10, 8, mtu) })
+	}
+}
+
+func benchDataPath(b *testing.B, op qp.WROpcode, size, depth, mtu int) {
+	p, _, _ := newPipeDevices(b, pipe.Config{MTU: mtu, Depth: 4096, TxBuffers: 1024})
+	const nRecv = 128
+	x, y := connectRC(b, p, connCfg{bufSize: 2 << 20, maxWR: 256, cqDepth: 1024})
+	fill(x.buf, 1)
+	fill(y.buf, 2)
+	ctx := context.Background()
+	wr := roce.SendWR{Opcode: op, Flags: qp.Signaled, SGL: []roce.SGE{x.sge(0, size)}}
+	if op == qp.WRRDMAWrite || op == qp.WRRDMARead {
+		wr.RemoteAddr, wr.RKey = y.mr.Addr()+1<<20, y.mr.RKey()
+	}
+	recvSGL := make([][]roce.SGE, nRecv)
+	for i := range recvSGL {
+		recvSGL[i] = []roce.SGE{y.sge(i*4096, 4096)}
+	}
+	if op == qp.WRSend {
+		for i := 0; i < nRecv; i++ {
+			if err := y.qp.PostRecv(roce.RecvWR{ID: uint64(i), SGL: recvSGL[i]}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var wcs, rwcs [64]roce.WC
+	outstanding := 0
+	reap := func(block bool) {
+		var n int
+		var err error
+		if block {
+			n, err = x.scq.Wait(ctx, wcs[:])
+		} else {
+			n, err = x.scq.Poll(wcs[:])
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != qp.WCSuccess {
+				b.Fatalf("completion %+v (%v)", wc, wc.Status)
+			}
+		}
+		outstanding -= n
+		if op == qp.WRSend {
+			m, err := y.rcq.Poll(rwcs[:])
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, wc := range rwcs[:m] {
+				if wc.Status != qp.WCSuccess {
+					b.Fatalf("receive completion %+v (%v)", wc, wc.Status)
+				}
+				if err := y.qp.PostRecv(roce.RecvWR{ID: wc.ID, SGL: recvSGL[wc.ID]}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		for outstanding >= depth {
+			reap(true)
+		}
+		wr.ID = uint64(i)
+		if err := x.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		outstanding++
+		if outstanding > depth/2 {
+			reap(false)
+		}
+	}
+	for outstanding > 0 {
+		reap(true)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
+}

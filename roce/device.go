@@ -1,0 +1,485 @@
+package roce
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/qp"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// LinkKind selects the link Open puts under a Device.
+type LinkKind int
+
+const (
+	// LinkAuto uses AF_XDP when the process is privileged and the interface
+	// supports it, and kernel UDP sockets otherwise.
+	LinkAuto LinkKind = iota
+	// LinkXSK requires AF_XDP (link/xsk with the XDP steering program).
+	LinkXSK
+	// LinkUDP uses kernel UDP sockets on port 4791 (link/udp); no privileges.
+	LinkUDP
+)
+
+func (k LinkKind) String() string {
+	switch k {
+	case LinkAuto:
+		return "auto"
+	case LinkXSK:
+		return "xsk"
+	case LinkUDP:
+		return "udp"
+	}
+	return fmt.Sprintf("LinkKind(%d)", int(k))
+}
+
+// ParseLinkKind parses "auto", "xsk" (or "af_xdp") and "udp".
+func ParseLinkKind(s string) (LinkKind, error) {
+	switch s {
+	case "auto", "":
+		return LinkAuto, nil
+	case "xsk", "af_xdp", "afxdp", "xdp":
+		return LinkXSK, nil
+	case "udp":
+		return LinkUDP, nil
+	}
+	return 0, fmt.Errorf("roce: unknown link kind %q (want auto, xsk or udp)", s)
+}
+
+// Options configures a Device. A nil *Options means the defaults.
+type Options struct {
+	// Link selects the link Open uses (ignored by NewDevice).
+	Link LinkKind
+	// Capture, when set, receives a pcapng capture of every frame sent and
+	// received (package capture). The Device flushes it on Close.
+	Capture io.Writer
+	// Addrs are the device's IP addresses, the source of its GID table
+	// (NewDevice; Open takes them from the interface).
+	Addrs []netip.Addr
+	// HWAddr is the device's MAC address when the link has none (NewDevice;
+	// default: the link's, else a locally administered address derived from
+	// the first of Addrs).
+	HWAddr net.HardwareAddr
+	// Resolve returns the MAC address for a next-hop IP address. Open sets a
+	// netlink neighbour lookup for AF_XDP; nil means zero MACs (fine for
+	// link/udp and link/pipe, which ignore them).
+	Resolve func(ip netip.Addr) (net.HardwareAddr, error)
+	// NeighborTimeout bounds one neighbour resolution by Open's resolver
+	// (default 3 s).
+	NeighborTimeout time.Duration
+	// RxBatch is the number of frames read per engine round (default 64).
+	RxBatch int
+	// UDPPort is the local UDP port of link/udp under Open (default 4791).
+	UDPPort int
+	// Queues limits the AF_XDP sockets Open creates (default: one per rx
+	// queue of the interface).
+	Queues int
+}
+
+// Stats counts what the progress engine did. All counters only grow.
+type Stats struct {
+	RxFrames, RxBytes uint64
+	TxFrames, TxBytes uint64
+	// Dropped received frames, by reason.
+	DropBadICRC    uint64 // ICRC mismatch
+	DropMalformed  uint64 // did not decode (truncated, bad lengths, unknown opcode, ...)
+	DropNotRoCE    uint64 // not UDP/4791
+	DropUnknownQPN uint64 // no queue pair with the destination QPN
+	// ICRCIDRepaired counts frames accepted on a link with synthetic headers
+	// whose ICRC matched only with another IPv4 Identification (see the
+	// package documentation).
+	ICRCIDRepaired uint64
+	TxNoBuffer     uint64 // a queue pair asked for a transmit buffer and none was free
+	TxErrors       uint64 // link Send failures (frames may be lost; the protocol retransmits)
+	RxErrors       uint64 // link Receive failures
+	Rounds         uint64 // engine rounds
+	Wakeups        uint64 // Wake calls on the link by doorbells
+	QPs            int    // queue pairs alive
+	// Sums of the queue pairs' counters (roce/qp), destroyed ones included.
+	Retransmits uint64 // packets sent again (go-back-N, RNR, timeout)
+	Timeouts    uint64 // local ACK timeouts
+	SeqNAKs     uint64 // PSN sequence error NAKs sent and received
+	RNRNAKs     uint64 // RNR NAKs sent and received
+	Duplicates  uint64 // duplicate requests received
+	QPDropped   uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
+}
+
+// addQPStats adds the counters of one queue pair to st.
+func addQPStats(st *Stats, q *qp.QP) {
+	c := q.Stats()
+	st.Retransmits += c.Get(qp.CtrRetransmits)
+	st.Timeouts += c.Get(qp.CtrTimeouts)
+	st.SeqNAKs += c.Get(qp.CtrSeqNAKsSent) + c.Get(qp.CtrSeqNAKsRecv)
+	st.RNRNAKs += c.Get(qp.CtrRNRNAKsSent) + c.Get(qp.CtrRNRNAKsRecv)
+	st.Duplicates += c.Get(qp.CtrDuplicates)
+	st.QPDropped += c.Get(qp.CtrDropped)
+}
+
+// ErrClosed is returned by operations on a closed Device.
+var ErrClosed = net.ErrClosed
+
+// A Device is one RDMA device over one link. Its methods are safe for
+// concurrent use.
+type Device struct {
+	l      link.Link
+	props  link.Props
+	reason string
+	ifname string
+	hw     [6]byte
+	gids   []netip.Addr
+	pmtu   wire.MTU
+	opts   Options
+	tbl    *mr.Table
+	epoch  time.Time
+
+	resolve func(netip.Addr) (net.HardwareAddr, error)
+
+	// QPN → entry, two levels of 4096 so lookups need no lock.
+	qpTab [4096]atomic.Pointer[qpChunk]
+
+	mu      sync.Mutex // guards qps, retired, nextQPN, closed
+	qps     map[uint32]*qpEntry
+	retired Stats // counters of destroyed queue pairs
+	nextQPN uint32
+	closed  bool
+
+	bell     atomic.Bool
+	sleeping atomic.Bool
+	readyMu  sync.Mutex
+	ready    []*qpEntry
+
+	closing   atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+	cleanup   []func() error
+
+	st statCounters
+}
+
+type qpChunk [4096]atomic.Pointer[qpEntry]
+
+// qpEntry is the device's record of one queue pair.
+type qpEntry struct {
+	q      *qp.QP
+	qpn    uint32
+	queued atomic.Bool // on the ready list
+	dead   atomic.Bool // destroyed
+
+	// Owned by the engine goroutine.
+	touched  bool  // on this round's work list
+	deadline int64 // last deadline returned by Progress (0: none)
+	heapAt   int64 // time of this entry's live timer-heap element (0: none)
+	ring     func()
+}
+
+type statCounters struct {
+	rxFrames, rxBytes, txFrames, txBytes                    atomic.Uint64
+	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN atomic.Uint64
+	icrcRepaired, txNoBuffer, txErrors, rxErrors            atomic.Uint64
+	rounds, wakeups                                         atomic.Uint64
+}
+
+// firstQPN is the first QPN handed out, as rxe does (QP0 and QP1 are special).
+const firstQPN = 0x11
+
+// NewDevice makes a Device over l and starts its progress engine. The Device
+// owns l from then on and closes it on Close.
+func NewDevice(l link.Link, opts *Options) (*Device, error) {
+	return newDevice(l, opts, "", "link given to NewDevice")
+}
+
+func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, error) {
+	if l == nil {
+		return nil, errors.New("roce: new device: nil link")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.RxBatch <= 0 {
+		o.RxBatch = 64
+	}
+	if o.RxBatch > 1024 {
+		o.RxBatch = 1024
+	}
+	props := l.Props()
+	if props.MTU < 256+80 {
+		return nil, fmt.Errorf("roce: new device: link MTU %d is below the smallest RoCE path MTU (256 + headers)", props.MTU)
+	}
+	if props.MaxFrame < props.MTU+18 {
+		return nil, fmt.Errorf("roce: new device: link transmit buffers of %d bytes cannot hold MTU %d frames", props.MaxFrame, props.MTU)
+	}
+	if o.Capture != nil {
+		w, err := capture.NewWriter(o.Capture, nil)
+		if err != nil {
+			return nil, fmt.Errorf("roce: new device: %w", err)
+		}
+		name := ifname
+		if name == "" {
+			name = props.Name
+		}
+		l = capture.WrapInterface(l, w, capture.Interface{
+			Name:        name,
+			Description: "xdproce " + props.Name + ", MTU " + strconv.Itoa(props.MTU),
+		})
+	}
+	d := &Device{
+		l:       l,
+		props:   props,
+		opts:    o,
+		tbl:     mr.NewTable(),
+		epoch:   time.Now(),
+		qps:     make(map[uint32]*qpEntry),
+		nextQPN: firstQPN,
+		done:    make(chan struct{}),
+		resolve: o.Resolve,
+		pmtu:    wire.PathMTU(props.MTU),
+	}
+	switch {
+	case len(props.HWAddr) == 6:
+		copy(d.hw[:], props.HWAddr)
+	case len(o.HWAddr) == 6:
+		copy(d.hw[:], o.HWAddr)
+	default:
+		d.hw = syntheticMAC(o.Addrs)
+	}
+	d.gids = buildGIDTable(d.hw, o.Addrs)
+	d.ifname, d.reason = ifname, reason
+	e := newEngine(d)
+	go e.run()
+	return d, nil
+}
+
+// syntheticMAC makes a locally administered unicast MAC from the first
+// address, so that devices over MAC-less links still have distinct link-local
+// GIDs.
+func syntheticMAC(addrs []netip.Addr) [6]byte {
+	hw := [6]byte{0x02, 0x00, 0, 0, 0, 0}
+	if len(addrs) > 0 {
+		b := addrs[0].As16()
+		copy(hw[2:], b[12:16])
+	}
+	return hw
+}
+
+// LinkName says what carries the frames, e.g. "AF_XDP (native)" or "UDP".
+func (d *Device) LinkName() string { return d.props.Name }
+
+// LinkReason says why Open chose the link (for example why AF_XDP was not
+// used).
+func (d *Device) LinkReason() string { return d.reason }
+
+// Props describes the device's link.
+func (d *Device) Props() link.Props { return d.props }
+
+// Name is the interface name given to Open ("" for NewDevice).
+func (d *Device) Name() string { return d.ifname }
+
+// HWAddr is the device's MAC address.
+func (d *Device) HWAddr() net.HardwareAddr { return net.HardwareAddr(d.hw[:]) }
+
+// PathMTU is the largest IB MTU the link carries (wire.PathMTU of the link MTU).
+func (d *Device) PathMTU() wire.MTU { return d.pmtu }
+
+// GIDs returns a copy of the GID table.
+func (d *Device) GIDs() []netip.Addr { return append([]netip.Addr(nil), d.gids...) }
+
+// GID returns the GID at index i.
+func (d *Device) GID(i int) (netip.Addr, error) {
+	if i < 0 || i >= len(d.gids) {
+		return netip.Addr{}, fmt.Errorf("roce: gid index %d out of range (table has %d)", i, len(d.gids))
+	}
+	return d.gids[i], nil
+}
+
+// Table is the device's memory-region table (for packages that drive roce/qp
+// directly).
+func (d *Device) Table() *mr.Table { return d.tbl }
+
+// Stats returns the engine's counters.
+func (d *Device) Stats() Stats {
+	s := &d.st
+	st := Stats{
+		RxFrames: s.rxFrames.Load(), RxBytes: s.rxBytes.Load(),
+		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(),
+		DropBadICRC: s.dropBadICRC.Load(), DropMalformed: s.dropMalformed.Load(),
+		DropNotRoCE: s.dropNotRoCE.Load(), DropUnknownQPN: s.dropUnknownQPN.Load(),
+		ICRCIDRepaired: s.icrcRepaired.Load(), TxNoBuffer: s.txNoBuffer.Load(),
+		TxErrors: s.txErrors.Load(), RxErrors: s.rxErrors.Load(),
+		Rounds: s.rounds.Load(), Wakeups: s.wakeups.Load(),
+	}
+	d.mu.Lock()
+	st.QPs = len(d.qps)
+	st.Retransmits, st.Timeouts, st.SeqNAKs = d.retired.Retransmits, d.retired.Timeouts, d.retired.SeqNAKs
+	st.RNRNAKs, st.Duplicates, st.QPDropped = d.retired.RNRNAKs, d.retired.Duplicates, d.retired.QPDropped
+	for _, e := range d.qps {
+		addQPStats(&st, e.q)
+	}
+	d.mu.Unlock()
+	return st
+}
+
+// now is the engine clock: monotonic nanoseconds, never 0.
+func (d *Device) now() int64 { return int64(time.Since(d.epoch)) + int64(time.Second) }
+
+// lookup finds the queue pair with QPN n without locking.
+func (d *Device) lookup(n uint32) *qpEntry {
+	c := d.qpTab[(n>>12)&4095].Load()
+	if c == nil {
+		return nil
+	}
+	return c[n&4095].Load()
+}
+
+// addQP allocates a QPN (or takes want, when non-zero), creates the queue
+// pair with mk and publishes it to the engine.
+func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEntry, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("roce: create qp: %w", ErrClosed)
+	}
+	n := want
+	if n != 0 {
+		if n >= 0xFFFFFF {
+			return nil, fmt.Errorf("roce: create qp: QPN %#x is not a unicast 24-bit QPN", n)
+		}
+		if d.qps[n] != nil {
+			return nil, fmt.Errorf("roce: create qp: QPN %#x is in use", n)
+		}
+	} else {
+		if len(d.qps) >= 1<<24-firstQPN-1 {
+			return nil, errors.New("roce: create qp: out of QPNs")
+		}
+		for {
+			n = d.nextQPN
+			d.nextQPN++
+			if d.nextQPN >= 0xFFFFFF { // 0xFFFFFF is the multicast QPN
+				d.nextQPN = firstQPN
+			}
+			if d.qps[n] == nil {
+				break
+			}
+		}
+	}
+	q, err := mk(n)
+	if err != nil {
+		return nil, err
+	}
+	e := &qpEntry{q: q, qpn: n}
+	e.ring = func() { d.doorbell(e) }
+	q.SetDoorbell(e.ring)
+	d.qps[n] = e
+	ci := (n >> 12) & 4095
+	c := d.qpTab[ci].Load()
+	if c == nil {
+		c = new(qpChunk)
+		d.qpTab[ci].Store(c)
+	}
+	c[n&4095].Store(e)
+	return e, nil
+}
+
+// removeQP unpublishes a queue pair; the engine stops delivering to it.
+func (d *Device) removeQP(e *qpEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.qps[e.qpn] != e {
+		return
+	}
+	e.dead.Store(true)
+	delete(d.qps, e.qpn)
+	addQPStats(&d.retired, e.q)
+	if c := d.qpTab[(e.qpn>>12)&4095].Load(); c != nil {
+		c[e.qpn&4095].Store(nil)
+	}
+}
+
+// doorbell marks e runnable and wakes the engine if it sleeps.
+func (d *Device) doorbell(e *qpEntry) {
+	if e.queued.CompareAndSwap(false, true) {
+		d.readyMu.Lock()
+		d.ready = append(d.ready, e)
+		d.readyMu.Unlock()
+	}
+	d.bell.Store(true)
+	if d.sleeping.Load() {
+		d.st.wakeups.Add(1)
+		d.l.Wake()
+	}
+}
+
+// sync returns once the engine has run a whole round after the call, so that
+// what was posted or modified before it has been processed. It returns at once
+// on a closed device.
+func (d *Device) sync() {
+	r := d.st.rounds.Load()
+	d.bell.Store(true)
+	d.l.Wake()
+	for d.st.rounds.Load() < r+2 {
+		select {
+		case <-d.done:
+			return
+		case <-time.After(20 * time.Microsecond):
+		}
+	}
+}
+
+// Close stops the progress engine, moves every queue pair to the error state
+// (outstanding work requests complete with WR_FLUSH_ERR), closes the link and
+// releases what Open set up. It is idempotent; later calls return the first
+// result.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		d.mu.Unlock()
+		d.closing.Store(true)
+		d.l.Wake()
+		<-d.done
+		// The engine has stopped: this goroutine owns the queue pairs now.
+		d.mu.Lock()
+		ents := make([]*qpEntry, 0, len(d.qps))
+		for _, e := range d.qps {
+			ents = append(ents, e)
+		}
+		d.mu.Unlock()
+		var discard discardOutput
+		now := d.now()
+		for _, e := range ents {
+			_ = e.q.Modify(&qp.Attr{State: qp.Error}, qp.AttrState)
+			e.q.Progress(now, &discard)
+			d.removeQP(e)
+			_ = e.q.Destroy()
+		}
+		var errs []error
+		if err := d.l.Close(); err != nil && !errors.Is(err, link.ErrClosed) {
+			errs = append(errs, fmt.Errorf("roce: close link: %w", err))
+		}
+		for i := len(d.cleanup) - 1; i >= 0; i-- {
+			if err := d.cleanup[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		d.closeErr = errors.Join(errs...)
+	})
+	return d.closeErr
+}
+
+// discardOutput drops frames: used to let queue pairs flush after the engine
+// stopped.
+type discardOutput struct{}
+
+func (o *discardOutput) TxBuffer() []byte      { return nil }
+func (o *discardOutput) TxCommit(frame []byte) {}

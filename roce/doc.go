@@ -1,0 +1,54 @@
+// Package roce is the RDMA facade applications import: a Device over a link
+// (AF_XDP, kernel UDP or an in-memory pipe) with protection domains, memory
+// regions, completion queues and queue pairs in the shape of ibverbs.
+//
+//	dev, err := roce.Open("eth1", &roce.Options{Link: roce.LinkAuto})
+//	pd := dev.AllocPD()
+//	m, err := pd.RegMR(buf, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead)
+//	cq, err := dev.CreateCQ(256)
+//	q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 64, MaxRecvWR: 64})
+//	err = q.Connect(remote, nil) // RESET → INIT → RTR → RTS
+//	err = q.PostSend(roce.SendWR{...})
+//	n, err := cq.Wait(ctx, wcs)
+//
+// # Progress engine
+//
+// Each Device runs one goroutine that owns the link and the protocol state of
+// every queue pair: it reads a batch of received frames, decodes them with
+// roce/wire (frames with a bad ICRC, malformed frames and frames for unknown
+// QPNs are dropped and counted in Stats), hands each to its queue pair, runs
+// the queue pairs whose doorbell rang (a Post or Modify from any goroutine) or
+// whose timer is due, sends the frames they produced in one batch, and waits on
+// the link until the next frame, doorbell or deadline. Work requests and
+// completions cross between application goroutines and the engine through the
+// per-QP submission queues and the CQ rings of roce/qp; the data path
+// allocates nothing per packet.
+//
+// # Links and addresses
+//
+// Open chooses the link: AF_XDP (link/xsk with the XDP steering program of
+// package bpf) when the process is privileged and the interface supports it,
+// otherwise kernel UDP sockets (link/udp); Device.LinkName and Device.LinkReason
+// say which and why. The GID table follows rxe: index 0 is the fe80:: address
+// made from the MAC (EUI-64), present even when IPv6 is disabled; index 1 is the
+// first IPv4 address as ::ffff:a.b.c.d; then the other addresses. Destination
+// MACs come from the kernel neighbour table through netlink; when an entry is
+// missing, the device triggers resolution by sending one UDP datagram to the
+// discard port (9) of the next hop through the kernel, which makes the kernel
+// send ARP or neighbour solicitation, and polls the table until the entry is
+// usable (NeighborTimeout). Over link/udp and link/pipe MACs are not needed and
+// are left zero.
+//
+// # ICRC over link/udp
+//
+// Kernel UDP sockets hide the received IPv4 header, so link/udp rebuilds it
+// with Identification 0 (Props.SyntheticHeaders). The ICRC covers that field:
+// a frame from a peer that sent a non-zero IP ID fails the ICRC check although
+// it is intact. On such links the engine accepts an ICRC mismatch only if some
+// 16-bit IP ID value explains it exactly (the CRC is linear, so that is a
+// small linear-algebra test, not a search); such frames are counted in
+// Stats.ICRCIDRepaired. The weakness: a corrupted frame passes if its
+// corruption happens to look like an ID change (about 1 in 65536 random
+// corruptions); UDP's own checksum, when the peer sets one, is checked by the
+// kernel first.
+package roce

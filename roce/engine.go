@@ -1,0 +1,366 @@
+package roce
+
+import (
+	"errors"
+	"time"
+
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// engine is the progress goroutine's state. Everything here is owned by that
+// goroutine.
+type engine struct {
+	d         *Device
+	l         link.Link
+	synthetic bool
+
+	rx  [][]byte
+	pkt wire.Packet
+	tx  txq
+
+	work   []*qpEntry // queue pairs to run this round
+	again  []*qpEntry // starved of transmit buffers last round: run again
+	ready  []*qpEntry // swapped with Device.ready
+	timers timerHeap
+
+	// Counters, published to Device.st at the end of each round.
+	rxFrames, rxBytes                                       uint64
+	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN uint64
+	icrcRepaired, rxErrors                                  uint64
+	repair                                                  icrcRepair
+}
+
+// Timeout of one Wait when transmit buffers ran out: the link frees them as
+// frames leave.
+const starvedWait = 50 * time.Microsecond
+
+func newEngine(d *Device) *engine {
+	e := &engine{
+		d:         d,
+		l:         d.l,
+		synthetic: d.props.SyntheticHeaders,
+		rx:        make([][]byte, d.opts.RxBatch),
+		work:      make([]*qpEntry, 0, 64),
+		again:     make([]*qpEntry, 0, 64),
+		ready:     make([]*qpEntry, 0, 64),
+		timers:    make(timerHeap, 0, 64),
+	}
+	e.tx.init(d.l, 64)
+	return e
+}
+
+func (e *engine) run() {
+	d := e.d
+	defer close(d.done)
+	defer e.tx.release()
+	for !d.closing.Load() {
+		now := d.now()
+		n, err := e.l.Receive(e.rx)
+		if err != nil {
+			if errors.Is(err, link.ErrClosed) {
+				return
+			}
+			e.rxErrors++
+			n = 0
+		}
+		for i := 0; i < n; i++ {
+			e.input(e.rx[i], now)
+		}
+		e.collect(now)
+		for i, q := range e.work {
+			e.work[i] = nil
+			q.touched = false
+			if q.dead.Load() {
+				continue
+			}
+			dl := q.q.Progress(now, &e.tx)
+			q.deadline = dl
+			if dl != 0 && (q.heapAt == 0 || dl < q.heapAt) {
+				q.heapAt = dl
+				e.timers.push(timer{at: dl, e: q})
+			}
+			if e.tx.starved {
+				e.tx.starved = false
+				e.again = append(e.again, q)
+			}
+		}
+		e.work = e.work[:0]
+		e.tx.endRound()
+		e.publish()
+		if err == nil && n == len(e.rx) {
+			continue // more frames are waiting
+		}
+		// Sleep until a frame, a doorbell or the next deadline.
+		timeout := time.Duration(-1)
+		if len(e.again) > 0 || err != nil {
+			timeout = starvedWait
+		} else if len(e.timers) > 0 {
+			timeout = time.Duration(e.timers[0].at - d.now())
+			if timeout <= 0 {
+				continue
+			}
+		}
+		d.sleeping.Store(true)
+		if d.bell.Load() || d.closing.Load() {
+			d.sleeping.Store(false)
+			continue
+		}
+		werr := e.l.Wait(timeout)
+		d.sleeping.Store(false)
+		if werr != nil && errors.Is(werr, link.ErrClosed) {
+			return
+		}
+	}
+}
+
+// collect builds this round's work list beyond the queue pairs that received
+// frames: those starved last round, those whose doorbell rang, those whose
+// timer is due.
+func (e *engine) collect(now int64) {
+	d := e.d
+	for i, q := range e.again {
+		e.again[i] = nil
+		e.schedule(q)
+	}
+	e.again = e.again[:0]
+	if d.bell.Swap(false) {
+		d.readyMu.Lock()
+		e.ready, d.ready = d.ready, e.ready[:0]
+		d.readyMu.Unlock()
+		for i, q := range e.ready {
+			e.ready[i] = nil
+			q.queued.Store(false)
+			e.schedule(q)
+		}
+		e.ready = e.ready[:0]
+	}
+	for len(e.timers) > 0 && e.timers[0].at <= now {
+		t := e.timers.pop()
+		q := t.e
+		if q.heapAt != t.at {
+			continue // superseded by an earlier element
+		}
+		q.heapAt = 0
+		switch {
+		case q.deadline == 0 || q.dead.Load():
+		case q.deadline <= now:
+			e.schedule(q)
+		default: // moved later since: wait again
+			q.heapAt = q.deadline
+			e.timers.push(timer{at: q.deadline, e: q})
+		}
+	}
+}
+
+func (e *engine) schedule(q *qpEntry) {
+	if !q.touched {
+		q.touched = true
+		e.work = append(e.work, q)
+	}
+}
+
+// input decodes one received frame and hands it to its queue pair.
+func (e *engine) input(frame []byte, now int64) {
+	e.rxFrames++
+	e.rxBytes += uint64(len(frame))
+	p := &e.pkt
+	if err := p.Decode(frame); err != nil {
+		switch {
+		case errors.Is(err, wire.ErrBadICRC):
+			if !e.synthetic || p.IPv6 || !e.repair.explains(frame, p) {
+				e.dropBadICRC++
+				return
+			}
+			e.icrcRepaired++
+		case errors.Is(err, wire.ErrNotRoCE):
+			e.dropNotRoCE++
+			return
+		default:
+			e.dropMalformed++
+			return
+		}
+	}
+	q := e.d.lookup(p.BTH.DestQPN)
+	if q == nil || q.dead.Load() {
+		e.dropUnknownQPN++
+		return
+	}
+	e.schedule(q)
+	q.q.Receive(p, now, &e.tx)
+}
+
+// publish adds this round's counters to the device's.
+func (e *engine) publish() {
+	s := &e.d.st
+	s.rounds.Add(1)
+	if e.rxFrames != 0 {
+		s.rxFrames.Add(e.rxFrames)
+		s.rxBytes.Add(e.rxBytes)
+		e.rxFrames, e.rxBytes = 0, 0
+	}
+	if e.tx.frames != 0 {
+		s.txFrames.Add(e.tx.frames)
+		s.txBytes.Add(e.tx.bytes)
+		e.tx.frames, e.tx.bytes = 0, 0
+	}
+	if e.dropBadICRC|e.dropMalformed|e.dropNotRoCE|e.dropUnknownQPN|e.icrcRepaired|e.rxErrors|e.tx.noBuf|e.tx.sendErrs != 0 {
+		s.dropBadICRC.Add(e.dropBadICRC)
+		s.dropMalformed.Add(e.dropMalformed)
+		s.dropNotRoCE.Add(e.dropNotRoCE)
+		s.dropUnknownQPN.Add(e.dropUnknownQPN)
+		s.icrcRepaired.Add(e.icrcRepaired)
+		s.rxErrors.Add(e.rxErrors)
+		s.txNoBuffer.Add(e.tx.noBuf)
+		s.txErrors.Add(e.tx.sendErrs)
+		e.dropBadICRC, e.dropMalformed, e.dropNotRoCE, e.dropUnknownQPN = 0, 0, 0, 0
+		e.icrcRepaired, e.rxErrors, e.tx.noBuf, e.tx.sendErrs = 0, 0, 0, 0
+	}
+}
+
+// txq implements qp.Output over a link: buffers come from link.Alloc in
+// batches, committed frames go out with link.Send in batches.
+type txq struct {
+	l       link.Link
+	poolBuf [][]byte // backing array of pool
+	pool    [][]byte // allocated, not handed out
+	lent    [][]byte // handed out by TxBuffer, not yet committed
+	out     [][]byte // committed, not yet sent
+	starved bool
+
+	frames, bytes, noBuf, sendErrs uint64
+}
+
+func (t *txq) init(l link.Link, batch int) {
+	t.l = l
+	t.poolBuf = make([][]byte, batch)
+	t.pool = t.poolBuf[:0]
+	t.lent = make([][]byte, 0, 8)
+	t.out = make([][]byte, 0, batch)
+}
+
+// TxBuffer implements qp.Output.
+func (t *txq) TxBuffer() []byte {
+	if len(t.pool) == 0 {
+		n := t.l.Alloc(t.poolBuf)
+		if n == 0 && len(t.out) > 0 {
+			t.flush()
+			n = t.l.Alloc(t.poolBuf)
+		}
+		if n == 0 {
+			t.noBuf++
+			t.starved = true
+			return nil
+		}
+		t.pool = t.poolBuf[:n]
+	}
+	b := t.pool[len(t.pool)-1]
+	t.pool[len(t.pool)-1] = nil
+	t.pool = t.pool[:len(t.pool)-1]
+	t.lent = append(t.lent, b)
+	return b
+}
+
+// TxCommit implements qp.Output.
+func (t *txq) TxCommit(frame []byte) {
+	if len(frame) == 0 {
+		return
+	}
+	for i, b := range t.lent {
+		if &b[0] == &frame[0] {
+			last := len(t.lent) - 1
+			t.lent[i] = t.lent[last]
+			t.lent[last] = nil
+			t.lent = t.lent[:last]
+			break
+		}
+	}
+	t.out = append(t.out, frame)
+	t.frames++
+	t.bytes += uint64(len(frame))
+	if len(t.out) == cap(t.out) {
+		t.flush()
+	}
+}
+
+func (t *txq) flush() {
+	if len(t.out) == 0 {
+		return
+	}
+	if err := t.l.Send(t.out); err != nil {
+		t.sendErrs++
+	}
+	clear(t.out)
+	t.out = t.out[:0]
+}
+
+// endRound sends what was committed and hands buffers given out but never
+// committed back to the link.
+func (t *txq) endRound() {
+	t.flush()
+	if len(t.lent) > 0 {
+		t.l.Free(t.lent)
+		clear(t.lent)
+		t.lent = t.lent[:0]
+	}
+}
+
+// release returns every buffer the engine holds to the link.
+func (t *txq) release() {
+	t.endRound()
+	if len(t.pool) > 0 {
+		t.l.Free(t.pool)
+		clear(t.pool)
+		t.pool = t.pool[:0]
+	}
+}
+
+// timer is one element of the engine's timer heap.
+type timer struct {
+	at int64
+	e  *qpEntry
+}
+
+// timerHeap is a binary min-heap on at.
+type timerHeap []timer
+
+func (h *timerHeap) push(t timer) {
+	*h = append(*h, t)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p].at <= s[i].at {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *timerHeap) pop() timer {
+	s := *h
+	t := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = timer{}
+	s = s[:last]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= len(s) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(s) && s[r].at < s[l].at {
+			m = r
+		}
+		if s[i].at <= s[m].at {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return t
+}

@@ -1,0 +1,156 @@
+package roce
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/udp"
+)
+
+// Open makes a Device on the network interface ifname: the GID table from its
+// addresses, the path MTU from its MTU, and the link chosen by opts.Link
+// (LinkAuto: AF_XDP when the process has the capabilities and the interface
+// takes the XDP program and sockets, else kernel UDP sockets; LinkName and
+// LinkReason say which and why). Call it in the network namespace of the
+// interface (sockets and the netlink handle used for neighbour lookups stay
+// bound to it).
+func Open(ifname string, opts *Options) (*Device, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.NeighborTimeout <= 0 {
+		o.NeighborTimeout = 3 * time.Second
+	}
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("roce: open %s: netlink: %w", ifname, err)
+	}
+	info, err := interfaceInfo(h, ifname)
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("roce: open: %w", err)
+	}
+	var (
+		l       link.Link
+		reason  string
+		cleanup []func() error
+	)
+	switch o.Link {
+	case LinkUDP:
+		reason = "UDP requested"
+		l, err = openUDP(info, &o)
+	case LinkXSK:
+		reason = "AF_XDP requested"
+		l, cleanup, err = openXSK(info, &o)
+	case LinkAuto:
+		if ok, why := privileged(); !ok {
+			reason = "AF_XDP not tried: " + why
+		} else {
+			l, cleanup, err = openXSK(info, &o)
+			if err == nil {
+				reason = "AF_XDP available"
+			} else {
+				reason = "AF_XDP unavailable: " + err.Error()
+			}
+		}
+		if l == nil {
+			l, err = openUDP(info, &o)
+		}
+	default:
+		err = fmt.Errorf("unknown link kind %v", o.Link)
+	}
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
+	}
+	o.Addrs = info.addrs
+	if len(info.hw) == 6 {
+		o.HWAddr = info.hw
+	}
+	if o.Resolve == nil && len(l.Props().HWAddr) == 6 {
+		r := &neighResolver{h: h, ifindex: info.index, ifname: info.name, hw: info.hw,
+			own: map[netip.Addr]bool{}, timeout: o.NeighborTimeout}
+		for _, a := range info.addrs {
+			r.own[a] = true
+		}
+		o.Resolve = r.resolve
+	}
+	d, err := newDevice(l, &o, ifname, reason)
+	if err != nil {
+		l.Close()
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			_ = cleanup[i]()
+		}
+		h.Close()
+		return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
+	}
+	d.cleanup = append(cleanup, func() error { h.Close(); return nil })
+	return d, nil
+}
+
+// openUDP opens link/udp on all addresses (dual-stack) for the interface's
+// MTU.
+func openUDP(info *ifaceInfo, o *Options) (link.Link, error) {
+	mtu := info.mtu
+	if mtu > udp.MaxAutoMTU {
+		mtu = udp.MaxAutoMTU
+	}
+	l, err := udp.Open(udp.Config{Port: o.UDPPort, MTU: mtu})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Capabilities AF_XDP needs (linux/capability.h).
+const (
+	capNetAdmin = 12
+	capNetRaw   = 13
+	capBPF      = 39
+)
+
+// privileged reports whether the process has the effective capabilities the
+// AF_XDP path needs, and if not which are missing.
+func privileged() (bool, string) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return os.Geteuid() == 0, "cannot read capabilities: " + err.Error()
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "CapEff:")
+		if !ok {
+			continue
+		}
+		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			break
+		}
+		var missing []string
+		for _, c := range []struct {
+			bit  uint
+			name string
+		}{{capNetAdmin, "CAP_NET_ADMIN"}, {capNetRaw, "CAP_NET_RAW"}, {capBPF, "CAP_BPF"}} {
+			if caps&(1<<c.bit) == 0 {
+				missing = append(missing, c.name)
+			}
+		}
+		if len(missing) > 0 {
+			return false, "missing " + strings.Join(missing, ", ")
+		}
+		return true, ""
+	}
+	return os.Geteuid() == 0, "cannot read capabilities"
+}
+
+var errNoXSK = errors.New("link/xsk is not available yet")

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package roce
+
+import (
+	"fmt"
+
+	"github.com/xdproce/xdproce/link"
+)
+
+// Open is only available on Linux.
+func Open(ifname string, opts *Options) (*Device, error) {
+	return nil, fmt.Errorf("roce: open %s: %w", ifname, link.ErrNotSupported)
+}
