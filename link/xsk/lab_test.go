@@ -141,12 +141,3 @@ func exchange(t testing.TB, a, b *end, count, n int) time.Duration {
 	}
 	return time.Since(start)
 }
-
-func TestPrivilegedExchangeQuick(t *testing.T) {
-	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 1500})
-	a := openEnd(t, topo.A, bpf.ModeAuto, nil)
-	b := openEnd(t, topo.B, bpf.ModeAuto, nil)
-	t.Logf("A: %+v zc=%v sg=%v budget=%v", a.Sock.Props(), a.Sock.ZeroCopy(), a.Sock.MultiBuffer(), a.Sock.TxBudgetRaised())
-	exchange(t, a, b, 1000, 1514)
-	exchange(t, b, a, 1000, 60)
-}
