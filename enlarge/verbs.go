@@ -1,0 +1,149 @@
+package enlarge
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/qp"
+)
+
+// Verbs is the Transport over one queue pair of packages roce/qp and roce/mr:
+// for a roce.QP q in protection domain pd with completion queue cq (used for
+// both sends and receives), NewVerbs(q.Engine(), pd.MRPD(), cq, opts). The
+// queue pair must be RC, connected (RTS), with MaxRecvWR ≥ Config.RecvDepth of
+// every phase and MaxSendWR ≥ the pool slots a channel may hold plus
+// LargeSlots plus 2.
+type Verbs struct {
+	q    *qp.QP
+	pd   *mr.PD
+	cq   *qp.CQ
+	iova *IOVASpace
+	wr   qp.SendWR
+	rwr  qp.RecvWR
+	sge  [1]mr.SGE
+	wcs  [32]qp.WC
+}
+
+// VerbsOptions configure NewVerbs. nil means the defaults.
+type VerbsOptions struct {
+	// IOVA, when set, gives every registered buffer its address (for
+	// reproducible captures); otherwise the address is that of the buffer.
+	IOVA *IOVASpace
+}
+
+// NewVerbs returns a Transport over q, pd and cq.
+func NewVerbs(q *qp.QP, pd *mr.PD, cq *qp.CQ, opts *VerbsOptions) *Verbs {
+	v := &Verbs{q: q, pd: pd, cq: cq}
+	if opts != nil {
+		v.iova = opts.IOVA
+	}
+	return v
+}
+
+// IOVASpace hands out I/O virtual addresses from a base upwards, each buffer
+// starting on a 4 KiB boundary. Safe for concurrent use.
+type IOVASpace struct {
+	mu   sync.Mutex
+	next uint64
+}
+
+// NewIOVASpace returns a space starting at base.
+func NewIOVASpace(base uint64) *IOVASpace { return &IOVASpace{next: base} }
+
+func (s *IOVASpace) take(n int) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.next
+	s.next += (uint64(n) + 0xFFF) &^ 0xFFF
+	return a
+}
+
+const verbsAccess = mr.LocalWrite | mr.RemoteWrite
+
+// Register allocates n bytes and registers them for local and remote write.
+func (v *Verbs) Register(n int) (Region, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("enlarge: register %d B: %w", n, ErrConfig)
+	}
+	buf := make([]byte, n)
+	var m *mr.MR
+	var err error
+	if v.iova != nil {
+		m, err = v.pd.RegisterIOVA(buf, v.iova.take(n), verbsAccess)
+	} else {
+		m, err = v.pd.Register(buf, verbsAccess)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("enlarge: register %d B: %w", n, err)
+	}
+	return m, nil
+}
+
+var errForeignRegion = errors.New("enlarge: region not registered by this transport")
+
+// Deregister invalidates r's keys and drops it.
+func (v *Verbs) Deregister(r Region) error {
+	m, ok := r.(*mr.MR)
+	if !ok {
+		return errForeignRegion
+	}
+	return m.Deregister()
+}
+
+// PostSend posts a signaled RDMA WRITE (with immediate data).
+func (v *Verbs) PostSend(wr *WorkRequest) error {
+	m, ok := wr.Local.(*mr.MR)
+	if !ok {
+		return errForeignRegion
+	}
+	op := qp.WRRDMAWrite
+	if wr.Op == OpWriteImm {
+		op = qp.WRRDMAWriteImm
+	}
+	v.sge[0] = mr.SGE{Addr: m.Addr() + uint64(wr.Offset), Length: uint32(wr.Length), LKey: m.LKey()}
+	v.wr = qp.SendWR{ID: wr.ID, Opcode: op, Flags: qp.Signaled, SGL: v.sge[:], Imm: wr.Imm,
+		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey}
+	if wr.Length == 0 {
+		v.wr.SGL = nil
+	}
+	return v.q.PostSend(&v.wr)
+}
+
+// PostRecv posts a receive; r == nil posts one without buffers.
+func (v *Verbs) PostRecv(id uint64, r Region, off, n int) error {
+	v.rwr = qp.RecvWR{ID: id}
+	if r != nil {
+		m, ok := r.(*mr.MR)
+		if !ok {
+			return errForeignRegion
+		}
+		v.sge[0] = mr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
+		v.rwr.SGL = v.sge[:]
+	}
+	return v.q.PostRecv(&v.rwr)
+}
+
+// Poll translates the queue pair's work completions.
+func (v *Verbs) Poll(c []Completion) (int, error) {
+	n, err := v.cq.Poll(v.wcs[:min(len(c), len(v.wcs))])
+	for i := 0; i < n; i++ {
+		w := &v.wcs[i]
+		c[i] = Completion{ID: w.ID, Kind: CompSend, Imm: w.ImmData, HasImm: w.WithImm}
+		if w.Opcode == qp.WCRecvRDMAWithImm || w.Opcode == qp.WCRecv {
+			c[i].Kind = CompRecvImm
+		}
+		if w.Status != qp.WCSuccess {
+			c[i].Status = w.Status.String()
+		}
+	}
+	return n, err
+}
+
+// Load copies registered memory. The Channel calls it only after polling the
+// completion of the write that filled it, which orders the copy after the
+// engine's (the completion queue synchronises).
+func (v *Verbs) Load(r Region, off int, dst []byte) { copy(dst, r.Bytes()[off:]) }
+
+var _ Transport = (*Verbs)(nil)
