@@ -337,7 +337,7 @@ type l3info struct {
 	vlan      bool
 	tci       uint16
 	etherType uint16
-	ipVersion int
+	ipVersion int // 4 or 6 once the IP addresses are read
 	proto     uint8
 	fragment  bool
 	src, dst  netip.Addr
@@ -346,34 +346,44 @@ type l3info struct {
 	dport     uint16
 	roce      bool   // UDP to port 4791, not a fragment
 	l4Payload []byte // UDP payload of a RoCE frame (from the BTH on)
-	truncated bool
+	problem   string // why the headers could not be read further ("truncated", ...)
+	frameLen  int
 }
 
 // sniff reads the headers of a frame far enough to tell RoCEv2 from the
-// rest and to name the rest. It never fails; short frames set truncated.
+// rest and to name the rest. It never fails; what it cannot read it names in
+// problem.
 func sniff(b []byte) l3info {
-	var l l3info
+	l := l3info{frameLen: len(b)}
 	if len(b) < 14 {
-		l.truncated = true
+		l.problem = "runt"
 		return l
 	}
 	l.etherType = binary.BigEndian.Uint16(b[12:])
 	b = b[14:]
-	if l.etherType == 0x8100 || l.etherType == 0x88A8 {
+	if l.etherType == 0x8100 {
 		if len(b) < 4 {
-			l.truncated = true
+			l.problem = "802.1Q tag truncated"
 			return l
 		}
 		l.vlan = true
 		l.tci = binary.BigEndian.Uint16(b)
 		l.etherType = binary.BigEndian.Uint16(b[2:])
 		b = b[4:]
+		if l.etherType == 0x8100 || l.etherType == 0x88A8 {
+			l.problem = "stacked VLAN tags"
+			return l
+		}
 	}
 	var l4 []byte
 	switch l.etherType {
 	case 0x0800:
-		if len(b) < 20 || b[0]>>4 != 4 {
-			l.truncated = true
+		if len(b) < 20 {
+			l.problem = "IPv4 header truncated"
+			return l
+		}
+		if v := b[0] >> 4; v != 4 {
+			l.problem = "IPv4 ethertype, IP version " + strconv.Itoa(int(v))
 			return l
 		}
 		l.ipVersion = 4
@@ -383,23 +393,25 @@ func sniff(b []byte) l3info {
 		l.dst = netip.AddrFrom4([4]byte(b[16:20]))
 		l.fragment = binary.BigEndian.Uint16(b[6:])&0x1FFF != 0
 		total := int(binary.BigEndian.Uint16(b[2:]))
-		if ihl < 20 || ihl > len(b) {
-			l.truncated = true
+		if ihl < 20 || ihl > len(b) || ihl > total {
+			l.problem = "bad IPv4 header length " + strconv.Itoa(ihl)
 			return l
 		}
-		end := min(max(total, ihl), len(b))
-		l4 = b[ihl:end]
+		l4 = b[ihl:min(total, len(b))]
 	case 0x86DD:
-		if len(b) < 40 || b[0]>>4 != 6 {
-			l.truncated = true
+		if len(b) < 40 {
+			l.problem = "IPv6 header truncated"
+			return l
+		}
+		if v := b[0] >> 4; v != 6 {
+			l.problem = "IPv6 ethertype, IP version " + strconv.Itoa(int(v))
 			return l
 		}
 		l.ipVersion = 6
 		l.proto = b[6]
 		l.src = netip.AddrFrom16([16]byte(b[8:24]))
 		l.dst = netip.AddrFrom16([16]byte(b[24:40]))
-		end := min(40+int(binary.BigEndian.Uint16(b[4:])), len(b))
-		l4 = b[40:end]
+		l4 = b[40:min(40+int(binary.BigEndian.Uint16(b[4:])), len(b))]
 	default:
 		return l
 	}
@@ -409,7 +421,7 @@ func sniff(b []byte) l3info {
 	switch l.proto {
 	case 6, 17, 132: // TCP, UDP, SCTP: ports first
 		if len(l4) < 4 {
-			l.truncated = true
+			l.problem = "truncated"
 			return l
 		}
 		l.ports = true
@@ -426,7 +438,7 @@ func sniff(b []byte) l3info {
 }
 
 var etherTypeNames = map[uint16]string{
-	0x0806: "ARP", 0x88CC: "LLDP", 0x8035: "RARP", 0x8915: "RoCEv1", 0x88F7: "PTP",
+	0x0806: "ARP", 0x88A8: "802.1ad (QinQ)", 0x88CC: "LLDP", 0x8035: "RARP", 0x8915: "RoCEv1", 0x88F7: "PTP",
 }
 
 var protoNames = map[uint8]string{
@@ -435,13 +447,17 @@ var protoNames = map[uint8]string{
 
 func (l *l3info) summary() string {
 	if l.ipVersion == 0 {
-		if l.etherType == 0 && l.truncated {
-			return "non-RoCE runt frame"
+		s := "non-RoCE "
+		switch {
+		case l.problem == "runt":
+			return s + "runt frame (" + strconv.Itoa(l.frameLen) + " bytes)"
+		case l.problem != "":
+			return s + "frame: " + l.problem
 		}
 		if n, ok := etherTypeNames[l.etherType]; ok {
-			return "non-RoCE " + n
+			return s + n
 		}
-		return "non-RoCE ethertype 0x" + strconv.FormatUint(uint64(l.etherType)|0x10000, 16)[1:]
+		return s + "ethertype 0x" + strconv.FormatUint(uint64(l.etherType)|0x10000, 16)[1:]
 	}
 	s := "non-RoCE IPv" + strconv.Itoa(l.ipVersion)
 	if l.fragment {
@@ -457,8 +473,8 @@ func (l *l3info) summary() string {
 	} else {
 		s += " " + l.src.String() + " → " + l.dst.String()
 	}
-	if l.truncated {
-		s += " (truncated)"
+	if l.problem != "" {
+		s += " (" + l.problem + ")"
 	}
 	return s
 }

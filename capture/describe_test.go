@@ -257,8 +257,14 @@ func TestDescribeNonRoCE(t *testing.T) {
 		{"udp other port", eth(0x0800, ipv4(17, 0x12, 0x34, 0x00, 0x35, 0, 8, 0, 0)...), 1, "non-RoCE IPv4 UDP 192.0.2.1:4660 → 192.0.2.2:53"},
 		{"icmpv6", eth(0x86DD, ipv6(58, 128, 0, 0, 0)...), 1, "non-RoCE IPv6 ICMPv6 2001:db8::1 → 2001:db8::2"},
 		{"unknown ethertype", eth(0x1234), 1, "non-RoCE ethertype 0x1234"},
-		{"runt", []byte{1, 2, 3}, 1, "non-RoCE runt frame"},
-		{"short ip", eth(0x0800, 0x45, 0), 1, "non-RoCE ethertype 0x0800"},
+		{"runt", []byte{1, 2, 3}, 1, "non-RoCE runt frame (3 bytes)"},
+		{"short ip", eth(0x0800, 0x45, 0), 1, "non-RoCE frame: IPv4 header truncated"},
+		{"ip version", eth(0x0800, append([]byte{0x55}, make([]byte, 19)...)...), 1, "non-RoCE frame: IPv4 ethertype, IP version 5"},
+		{"ihl", eth(0x0800, append([]byte{0x44}, ipv4(17)[1:]...)...), 1, "non-RoCE IPv4 UDP 192.0.2.1 → 192.0.2.2 (bad IPv4 header length 16)"},
+		{"qinq", eth(0x88A8, 0, 100, 0x81, 0x00, 0, 200, 0x08, 0x00), 1, "non-RoCE 802.1ad (QinQ)"},
+		{"two tags", eth(0x8100, 0, 100, 0x81, 0x00, 0, 200, 0x08, 0x00), 1, "non-RoCE frame: stacked VLAN tags"},
+		{"vlan cut", eth(0x8100, 0, 100), 1, "non-RoCE frame: 802.1Q tag truncated"},
+		{"short tcp", eth(0x0800, ipv4(6, 0x48)...), 1, "non-RoCE IPv4 TCP 192.0.2.1 → 192.0.2.2 (truncated)"},
 		{"linux cooked", make([]byte, 40), 113, "non-Ethernet link type 113"},
 	}
 	for _, tt := range tests {
