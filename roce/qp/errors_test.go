@@ -118,7 +118,7 @@ func TestDeregisterDuringTraffic(t *testing.T) {
 	p := newPair(t, o)
 	am, _ := p.a.reg(t, 64<<10, allAcc)
 	bm, _ := p.b.reg(t, 64<<10, allAcc)
-	must(t, p.a.q.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []mr.SGE{sge(am, 0, 64 << 10)},
+	must(t, p.a.q.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []mr.SGE{sge(am, 0, 64<<10)},
 		RemoteAddr: bm.Addr(), RKey: bm.RKey()}))
 	// One round of 8 packets lands; then the region goes away.
 	p.a.out.limit = 8
