@@ -40,10 +40,11 @@ const LinkTypeEthernet LinkType = 1
 // a pcapng epb_flags option: 00 unknown, 01 inbound, 10 outbound.
 type Direction uint8
 
+// Directions.
 const (
-	DirUnknown  Direction = 0
-	DirInbound  Direction = 1
-	DirOutbound Direction = 2
+	DirUnknown  Direction = 0 // not recorded (pcap files, blocks without epb_flags)
+	DirInbound  Direction = 1 // received by the capturing interface
+	DirOutbound Direction = 2 // sent by the capturing interface
 )
 
 // String returns "in", "out" or "?".

@@ -24,9 +24,10 @@ var (
 // Format names a capture file format.
 type Format uint8
 
+// Formats.
 const (
-	FormatPcap Format = iota + 1
-	FormatPcapng
+	FormatPcap   Format = iota + 1 // libpcap, micro- or nanosecond, either byte order
+	FormatPcapng                   // pcapng, one or more sections, either byte order
 )
 
 // String returns "pcap" or "pcapng".
