@@ -1,0 +1,300 @@
+package enlarge
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden captures testdata/pcaps/enlarge-*.pcapng")
+
+const goldenDir = "../testdata/pcaps"
+
+// wframe is one decoded frame of a lab run.
+type wframe struct {
+	fromA bool
+	p     wire.Packet
+}
+
+func (f *wframe) kind() uint32 { return f.p.ImmDt >> immKindShift }
+
+// control reports whether f is a control message of the given kind.
+func (f *wframe) control(kind uint32) bool {
+	return f.p.BTH.Opcode == wire.RCWriteOnlyImm && f.kind() == kind
+}
+
+// data reports whether f carries message data into a ring (any WRITE that is
+// not a control message).
+func (f *wframe) data() bool {
+	switch f.p.BTH.Opcode {
+	case wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteLastImm, wire.RCWriteOnly:
+		return true
+	case wire.RCWriteOnlyImm:
+		return f.kind() == immData || f.kind() == immMore
+	}
+	return false
+}
+
+func decodeLab(t *testing.T, l *lab) []wframe {
+	t.Helper()
+	out := make([]wframe, len(l.frames))
+	for i, f := range l.frames {
+		out[i].fromA = f.fromA
+		if err := out[i].p.Decode(f.data); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// checkGolden compares the lab's capture with the file, or writes it.
+func checkGolden(t *testing.T, l *lab, name string) {
+	t.Helper()
+	if err := l.cw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := l.pcap.Bytes()
+	path := filepath.Join(goldenDir, name+".pcapng")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./enlarge -run Golden -update creates it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s differs from this run's capture at byte %d (got %d B, want %d B); if intended, go test ./enlarge -run Golden -update", path, i, len(got), len(want))
+	}
+}
+
+// dump describes every frame of the capture as xdproce dump does.
+func dump(t *testing.T, pcap []byte) []*capture.Record {
+	t.Helper()
+	r, err := capture.NewReader(bytes.NewReader(pcap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*capture.Record
+	for i := 0; ; i++ {
+		var f capture.Frame
+		if err := r.Next(&f); errors.Is(err, io.EOF) {
+			return recs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		f.Index = i + 1
+		rec := capture.Describe(&f)
+		if rec.ICRC == nil || !rec.ICRC.OK {
+			t.Errorf("frame %d: ICRC not verified: %s", i, rec)
+		}
+		recs = append(recs, rec)
+	}
+}
+
+func wantDump(t *testing.T, recs []*capture.Record, want ...string) {
+	t.Helper()
+	var all []string
+	for _, r := range recs {
+		if r.Payload != "" {
+			all = append(all, r.Payload)
+		}
+	}
+	for _, w := range want {
+		found := false
+		for _, s := range all {
+			found = found || strings.HasPrefix(s, w)
+		}
+		if !found {
+			t.Errorf("dump has no %q; payload descriptions: %q", w, all)
+		}
+	}
+}
+
+// promotionChecks asserts a request/ack/data exchange starting at frame i and
+// returns the index after the ack.
+func promotionChecks(t *testing.T, fr []wframe, l *lab, from int, req Req, ringAddr uint64, ringRKey uint32) (int, Ack) {
+	t.Helper()
+	ri, ai := -1, -1
+	for i := from; i < len(fr); i++ {
+		if ri < 0 && fr[i].fromA && fr[i].control(immReq) {
+			ri = i
+		}
+		if ai < 0 && !fr[i].fromA && fr[i].control(immAck) {
+			ai = i
+			break
+		}
+	}
+	if ri < 0 || ai < 0 || ai < ri {
+		t.Fatalf("no request then ack from frame %d (req %d, ack %d)", from, ri, ai)
+	}
+	f := &fr[ri]
+	got, ok := ParseReq(f.p.Payload)
+	if !ok || got != req {
+		t.Errorf("frame %d: ENLARGE_REQ %+v (ok %v), want %+v", ri, got, ok, req)
+	}
+	if f.p.RETH.RKey != ringRKey || f.p.RETH.VA < ringAddr || f.p.RETH.DMALen != ReqLen {
+		t.Errorf("frame %d: request written to %#x/%#x len %d, want the current ring at %#x/%#x", ri,
+			f.p.RETH.VA, f.p.RETH.RKey, f.p.RETH.DMALen, ringAddr, ringRKey)
+	}
+	for i := ri + 1; i < ai; i++ {
+		if fr[i].fromA && fr[i].p.BTH.Opcode != wire.RCAck {
+			t.Errorf("frame %d: %v from the sender between request and ack", i, fr[i].p.BTH.Opcode)
+		}
+	}
+	a := &fr[ai]
+	ack, ok := ParseAck(a.p.Payload)
+	if !ok || ack.Phase != req.Phase || int(ack.Length) != DefaultLadder[req.Phase] || ack.RKey == 0 {
+		t.Fatalf("frame %d: ENLARGE_ACK %+v (ok %v), want phase %d", ai, ack, ok, req.Phase)
+	}
+	if a.p.RETH.VA != l.a.ch.mb.Addr()+mbAck || a.p.RETH.RKey != l.a.ch.mb.RKey() || a.p.RETH.DMALen != AckLen {
+		t.Errorf("frame %d: ack written to %#x/%#x, want a's mailbox %#x/%#x", ai, a.p.RETH.VA, a.p.RETH.RKey,
+			l.a.ch.mb.Addr(), l.a.ch.mb.RKey())
+	}
+	return ai + 1, ack
+}
+
+// dataChecks asserts that the next data message from a after frame from goes
+// to the acked buffer with the right length and returns the index after it.
+func dataChecks(t *testing.T, fr []wframe, from int, ack Ack, n int) int {
+	t.Helper()
+	first := -1
+	for i := from; i < len(fr); i++ {
+		if fr[i].fromA && fr[i].data() {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		t.Fatalf("no data after frame %d", from)
+	}
+	f := &fr[first]
+	if f.p.RETH.VA != ack.Addr || f.p.RETH.RKey != ack.RKey || int(f.p.RETH.DMALen) != min(n, DefaultLadder[ack.Phase]) {
+		t.Errorf("frame %d: data to %#x/%#x len %d, want %#x/%#x len %d", first, f.p.RETH.VA, f.p.RETH.RKey,
+			f.p.RETH.DMALen, ack.Addr, ack.RKey, n)
+	}
+	for i := first; i < len(fr); i++ {
+		if !fr[i].fromA || !fr[i].data() {
+			continue
+		}
+		if fr[i].p.BTH.Opcode == wire.RCWriteLastImm || fr[i].p.BTH.Opcode == wire.RCWriteOnlyImm {
+			if fr[i].p.ImmDt != makeImm(immData, min(n, DefaultLadder[ack.Phase])) {
+				t.Errorf("frame %d: immediate %#x", i, fr[i].p.ImmDt)
+			}
+			return i + 1
+		}
+	}
+	t.Fatal("data message does not end")
+	return 0
+}
+
+func TestGoldenEager(t *testing.T) {
+	l := newLab(t, nil, true)
+	msg := payload(100, 1)
+	l.send(l.a, msg)
+	if got := l.recv(l.b, 1000); !bytes.Equal(got, msg) {
+		t.Fatal("message damaged")
+	}
+	checkGolden(t, l, "enlarge-eager")
+	fr := decodeLab(t, l)
+	if len(fr) != 2 || fr[0].p.BTH.Opcode != wire.RCWriteOnlyImm || fr[1].p.BTH.Opcode != wire.RCAck {
+		t.Fatalf("frames %v, want WRITE_ONLY_WITH_IMMEDIATE then ACK", fr)
+	}
+	ep := l.b.ch.Endpoint()
+	f := fr[0].p
+	if f.RETH.VA != ep.RingAddr || f.RETH.RKey != ep.RingRKey || f.RETH.DMALen != 100 ||
+		f.ImmDt != makeImm(immData, 100) || !bytes.Equal(f.Payload, msg) {
+		t.Errorf("eager write: RETH %+v imm %#x", f.RETH, f.ImmDt)
+	}
+	if s, ok := DescribePacket(&f); ok {
+		t.Errorf("data described as control: %q", s)
+	}
+}
+
+func TestGoldenPromotion512To8K(t *testing.T) {
+	l := newLab(t, nil, true)
+	ep := l.b.ch.Endpoint()
+	l.transfer(payload(5000, 2))
+	checkGolden(t, l, "enlarge-promote-8k")
+	fr := decodeLab(t, l)
+	next, ack := promotionChecks(t, fr, l, 0, Req{Phase: 1, Size: 5000}, ep.RingAddr, ep.RingRKey)
+	if ack.Addr != l.b.ch.rx.ring.Addr() || ack.RKey != l.b.ch.rx.ring.RKey() {
+		t.Errorf("ack names %#x/%#x, receiver's buffer is %#x/%#x", ack.Addr, ack.RKey, l.b.ch.rx.ring.Addr(), l.b.ch.rx.ring.RKey())
+	}
+	dataChecks(t, fr, next, ack, 5000)
+	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000",
+		"ENLARGE_ACK addr=0x", "ENLARGE_CREDIT phase=1 consumed=1")
+}
+
+func TestGoldenThreePhases(t *testing.T) {
+	l := newLab(t, nil, true)
+	ep := l.b.ch.Endpoint()
+	l.transfer(payload(1000, 3))
+	l.transfer(payload(20000, 4))
+	checkGolden(t, l, "enlarge-three-phase")
+	fr := decodeLab(t, l)
+	next, ack1 := promotionChecks(t, fr, l, 0, Req{Phase: 1, Size: 1000}, ep.RingAddr, ep.RingRKey)
+	next = dataChecks(t, fr, next, ack1, 1000)
+	next, ack2 := promotionChecks(t, fr, l, next, Req{Phase: 2, Size: 20000}, ack1.Addr, ack1.RKey)
+	dataChecks(t, fr, next, ack2, 20000)
+	if ack2.Length != 128<<10 || ack1.Length != 8<<10 {
+		t.Errorf("ack lengths %d, %d", ack1.Length, ack2.Length)
+	}
+	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=1000", "ENLARGE_REQ phase=2 size=20000",
+		"ENLARGE_ACK addr=0x", "ENLARGE_ACK addr=0x")
+}
+
+func TestGoldenAckTimesOut(t *testing.T) {
+	ackHook = func(a []byte) { clear(a[28:32]) } // the tail never comes
+	t.Cleanup(func() { ackHook = nil })
+	l := newLab(t, &Config{TailTimeout: 50e3}, true)
+	ep := l.b.ch.Endpoint()
+	big := payload(5000, 5)
+	for i := 0; i < 4; i++ {
+		if n, err := l.a.ch.Send([][]byte{big}); n != 0 || err != nil {
+			t.Fatalf("call %d: Send = %d, %v; want 0, nil", i, n, err)
+		}
+		l.settle()
+	}
+	checkGolden(t, l, "enlarge-ack-timeout")
+	fr := decodeLab(t, l)
+	var reqs, acks int
+	for i := range fr {
+		f := &fr[i]
+		switch {
+		case f.fromA && f.control(immReq):
+			reqs++
+			if r, ok := ParseReq(f.p.Payload); !ok || r != (Req{Phase: 1, Size: 5000}) || f.p.RETH.VA != ep.RingAddr {
+				t.Errorf("frame %d: request %+v", i, r)
+			}
+		case !f.fromA && f.control(immAck):
+			acks++
+			if _, ok := ParseAck(f.p.Payload); ok {
+				t.Errorf("frame %d: the ack has its tail", i)
+			}
+			if !headOK(f.p.Payload, TypeAck) {
+				t.Errorf("frame %d: the ack has no head", i)
+			}
+		case f.fromA && f.data():
+			t.Errorf("frame %d: data sent without a complete ack", i)
+		}
+	}
+	if reqs != 1 || acks != 1 {
+		t.Errorf("%d requests and %d acks, want 1 and 1", reqs, acks)
+	}
+	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000", "ENLARGE_ACK (incomplete: no tail)")
+}
