@@ -38,9 +38,12 @@ type Pair struct {
 	AddrA, AddrB netip.Addr
 }
 
-// NewPair makes a fresh pair for one subtest. The suite closes both links at
-// the end of the subtest (Close errors are ignored), so NewPair need not
-// register clean-ups for them, but must for anything else it creates.
+// NewPair makes a fresh pair. Run calls it once for the subtests that keep
+// the links open (with the t of a subtest "Link" grouping them) and once more
+// for each subtest that closes them (with that subtest's t); each pair is
+// released at the end of the subtest it was made for. The suite closes the links it gets (Close
+// errors are ignored), so NewPair need not register clean-ups for them, but
+// must for anything else it creates.
 type NewPair func(t *testing.T) Pair
 
 // Timeout bounds each wait for frames in the suite.
@@ -49,39 +52,60 @@ var Timeout = 5 * time.Second
 // Run runs the conformance suite as subtests of t.
 func Run(t *testing.T, newPair NewPair) {
 	tests := []struct {
-		name string
-		fn   func(*testing.T, Pair)
+		name  string
+		fn    func(*testing.T, Pair)
+		fresh bool // closes the links: needs a pair of its own
 	}{
-		{"Props", testProps},
-		{"SizesInOrder", testSizes},
-		{"BothDirections", testBothDirections},
-		{"Batch", testBatch},
-		{"AllocFree", testAllocFree},
-		{"SendReturnsBuffers", testSendReturnsBuffers},
-		{"ForeignBuffer", testForeignBuffer},
-		{"WaitTimeout", testWaitTimeout},
-		{"WaitWake", testWaitWake},
-		{"WakeBeforeWait", testWakeBeforeWait},
-		{"WakeNeverLost", testWakeNeverLost},
-		{"WaitArrival", testWaitArrival},
-		{"Close", testClose},
-		{"CloseWakesWait", testCloseWakesWait},
-		{"EmptyCalls", testEmptyCalls},
-		{"ReceivedFramesStable", testReceivedFramesStable},
-		{"NoAllocs", testNoAllocs},
+		{"Props", testProps, false},
+		{"SizesInOrder", testSizes, false},
+		{"BothDirections", testBothDirections, false},
+		{"Batch", testBatch, false},
+		{"AllocFree", testAllocFree, false},
+		{"SendReturnsBuffers", testSendReturnsBuffers, false},
+		{"ForeignBuffer", testForeignBuffer, false},
+		{"WaitTimeout", testWaitTimeout, false},
+		{"WaitWake", testWaitWake, false},
+		{"WakeBeforeWait", testWakeBeforeWait, false},
+		{"WakeNeverLost", testWakeNeverLost, false},
+		{"WaitArrival", testWaitArrival, false},
+		{"EmptyCalls", testEmptyCalls, false},
+		{"ReceivedFramesStable", testReceivedFramesStable, false},
+		{"NoAllocs", testNoAllocs, false},
+		{"Close", testClose, true},
+		{"CloseWakesWait", testCloseWakesWait, true},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newPair(t)
-			t.Cleanup(func() {
-				p.A.Close()
-				p.B.Close()
-			})
-			if p.AddrA.Is4() != p.AddrB.Is4() || !p.AddrA.IsValid() || !p.AddrB.IsValid() {
-				t.Fatalf("pair addresses %v and %v: need two valid addresses of one family", p.AddrA, p.AddrB)
-			}
-			tc.fn(t, p)
+	mk := func(t *testing.T) Pair {
+		p := newPair(t)
+		t.Cleanup(func() {
+			p.A.Close()
+			p.B.Close()
 		})
+		if p.AddrA.Is4() != p.AddrB.Is4() || !p.AddrA.IsValid() || !p.AddrB.IsValid() {
+			t.Fatalf("pair addresses %v and %v: need two valid addresses of one family", p.AddrA, p.AddrB)
+		}
+		return p
+	}
+	// The subtests that keep the links open share one pair, made and
+	// released within the subtest "Link" (so that links allowing one
+	// socket per device queue are free again for the fresh pairs after).
+	t.Run("Link", func(t *testing.T) {
+		shared := mk(t)
+		for _, tc := range tests {
+			if tc.fresh {
+				continue
+			}
+			t.Run(tc.name, func(t *testing.T) {
+				// Leftovers of an earlier subtest must not count here.
+				drain(shared.A)
+				drain(shared.B)
+				tc.fn(t, shared)
+			})
+		}
+	})
+	for _, tc := range tests {
+		if tc.fresh {
+			t.Run(tc.name, func(t *testing.T) { tc.fn(t, mk(t)) })
+		}
 	}
 }
 
