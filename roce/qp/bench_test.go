@@ -98,10 +98,10 @@ func benchXfer(b *testing.B, op WROpcode, n int) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-func BenchmarkQPSend64(b *testing.B)     { benchXfer(b, WRSend, 64) }
-func BenchmarkQPWrite64K(b *testing.B)   { benchXfer(b, WRRDMAWrite, 64<<10) }
-func BenchmarkQPRead64K(b *testing.B)    { benchXfer(b, WRRDMARead, 64<<10) }
-func BenchmarkQPFetchAdd(b *testing.B)   { benchXfer(b, WRAtomicFetchAdd, 8) }
+func BenchmarkQPSend64(b *testing.B)   { benchXfer(b, WRSend, 64) }
+func BenchmarkQPWrite64K(b *testing.B) { benchXfer(b, WRRDMAWrite, 64<<10) }
+func BenchmarkQPRead64K(b *testing.B)  { benchXfer(b, WRRDMARead, 64<<10) }
+func BenchmarkQPFetchAdd(b *testing.B) { benchXfer(b, WRAtomicFetchAdd, 8) }
 func BenchmarkQPWrite64KMTU1024(b *testing.B) {
 	x := newXfer(b, WRRDMAWrite, 64<<10, wire.MTU1024)
 	x.once(b)
