@@ -84,6 +84,9 @@ type Options struct {
 	// Queues limits the AF_XDP sockets Open creates (default: one per rx
 	// queue of the interface).
 	Queues int
+	// XDPMode is the attach mode of the steering program under Open:
+	// "" (native, falling back to generic), "native" or "generic".
+	XDPMode string
 }
 
 // Stats counts what the progress engine did. All counters only grow.

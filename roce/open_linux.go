@@ -2,7 +2,6 @@ package roce
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -152,5 +151,3 @@ func privileged() (bool, string) {
 	}
 	return os.Geteuid() == 0, "cannot read capabilities"
 }
-
-var errNoXSK = errors.New("link/xsk is not available yet")

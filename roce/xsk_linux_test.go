@@ -1,0 +1,107 @@
+package roce_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// openIn opens a device on the interface inside its namespace; it is closed
+// when the test ends.
+func openIn(t *testing.T, e *netlab.Iface, o roce.Options) *roce.Device {
+	t.Helper()
+	var d *roce.Device
+	if err := e.NS.Do(func() error {
+		var err error
+		d, err = roce.Open(e.Name, &o)
+		return err
+	}); err != nil {
+		t.Fatalf("open %s in %s: %v", e.Name, e.NS.Short, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestPrivilegedXSKOperations: every RC operation (and UD) between two
+// namespaces over veth with AF_XDP on both ends, in native and generic XDP
+// mode, at MTU 1500 (PMTU 1024) and 9000 (PMTU 4096); then the error paths.
+func TestPrivilegedXSKOperations(t *testing.T) {
+	netlab.Privileged(t)
+	for _, mtu := range []int{1500, 9000} {
+		for _, mode := range []string{"native", "generic"} {
+			t.Run("mtu="+itoa(mtu)+"/"+mode, func(t *testing.T) {
+				topo := netlab.Pair(t, netlab.LinkConfig{MTU: mtu})
+				o := roce.Options{Link: roce.LinkXSK, XDPMode: mode}
+				a := openIn(t, topo.A, o)
+				b := openIn(t, topo.B, o)
+				for _, d := range []*roce.Device{a, b} {
+					if want := "AF_XDP (" + mode + ")"; d.LinkName() != want {
+						t.Fatalf("link %q (%s), want %q", d.LinkName(), d.LinkReason(), want)
+					}
+				}
+				if want := map[int]int{1500: 1024, 9000: 4096}[mtu]; a.PathMTU().Bytes() != want {
+					t.Fatalf("path MTU %d, want %d", a.PathMTU().Bytes(), want)
+				}
+				p := &devPair{a: a, b: b}
+				runOperations(t, p)
+				runUD(t, p)
+				sa, sb := a.Stats(), b.Stats()
+				if sa.RxFrames == 0 || sb.RxFrames == 0 || sa.DropBadICRC+sb.DropBadICRC+sa.DropMalformed+sb.DropMalformed != 0 {
+					t.Errorf("stats a %+v b %+v", sa, sb)
+				}
+			})
+		}
+	}
+}
+
+func TestPrivilegedXSKErrorPaths(t *testing.T) {
+	netlab.Privileged(t)
+	runErrorPaths(t, func(t *testing.T) *devPair {
+		topo := netlab.Pair(t, netlab.LinkConfig{})
+		o := roce.Options{Link: roce.LinkXSK}
+		return &devPair{a: openIn(t, topo.A, o), b: openIn(t, topo.B, o)}
+	})
+}
+
+// TestPrivilegedXSKMixedUDP: one end on AF_XDP, the other on kernel UDP
+// sockets: the same wire format, so they interoperate.
+func TestPrivilegedXSKMixedUDP(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	a := openIn(t, topo.A, roce.Options{Link: roce.LinkXSK})
+	b := openIn(t, topo.B, roce.Options{Link: roce.LinkUDP})
+	if !strings.HasPrefix(a.LinkName(), "AF_XDP") || b.LinkName() != "UDP" {
+		t.Fatalf("links %q and %q", a.LinkName(), b.LinkName())
+	}
+	p := &devPair{a: a, b: b}
+	runOperations(t, p)
+	runUD(t, p)
+	t.Logf("a %+v", a.Stats())
+	t.Logf("b %+v", b.Stats())
+}
+
+// TestPrivilegedOpenAuto: as root, LinkAuto picks AF_XDP and says so; the
+// GID table follows rxe's order.
+func TestPrivilegedOpenAuto(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	d := openIn(t, topo.A, roce.Options{})
+	if !strings.HasPrefix(d.LinkName(), "AF_XDP") {
+		t.Fatalf("auto chose %q: %s", d.LinkName(), d.LinkReason())
+	}
+	t.Logf("link %s: %s", d.LinkName(), d.LinkReason())
+	gids := d.GIDs()
+	if len(gids) < 3 || gids[0] != roce.LinkLocalGID([6]byte(topo.A.HWAddr)) ||
+		gids[1] != roce.GIDFromIP(topo.A.IPv4) {
+		t.Fatalf("GID table %v (MAC %v, IPv4 %v)", gids, topo.A.HWAddr, topo.A.IPv4)
+	}
+	found := false
+	for _, g := range gids[2:] {
+		found = found || g == topo.A.IPv6
+	}
+	if !found {
+		t.Errorf("GID table %v lacks %v", gids, topo.A.IPv6)
+	}
+}
