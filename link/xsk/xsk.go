@@ -448,8 +448,8 @@ func (s *Socket) Props() link.Props {
 // socket itself dropped.
 type Stats struct {
 	unix.XDPStatistics
-	// RxTooLong counts received frames dropped because they exceeded the
-	// reassembly room (MTU+22 bytes) or a batch's reassembly buffers.
+	// RxTooLong counts received multi-buffer frames dropped because they
+	// exceeded the reassembly room (MTU+22 bytes).
 	RxTooLong uint64
 }
 
@@ -513,8 +513,11 @@ func (s *Socket) Receive(frames [][]byte) (int, error) {
 		if s.rx.desc(j-1).Options&unix.XDP_PKT_CONTD != 0 {
 			break // the rest of the frame is not in the ring yet
 		}
+		if sc == len(s.scratch) {
+			break // out of reassembly buffers: the frame waits for the next call
+		}
 		var dst []byte
-		if sc < len(s.scratch) && total <= len(s.scratch[sc]) {
+		if total <= len(s.scratch[sc]) {
 			dst = s.scratch[sc][:total]
 			sc++
 		}
