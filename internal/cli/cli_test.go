@@ -378,3 +378,25 @@ func TestBinaryVerify(t *testing.T) {
 		}
 	}
 }
+
+// TestDumpEnlargeControl: the enlargement layer's control messages are named
+// (its describer is registered through the import in describers.go).
+func TestDumpEnlargeControl(t *testing.T) {
+	path := filepath.Join(goldenDir, "enlarge-promote-8k.pcapng")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("enlarge golden capture missing: %v", err)
+	}
+	out, _, err := run(t, "dump", "--verify", path, "--filter", "op=RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"[ENLARGE_REQ phase=1 size=", "[ENLARGE_ACK addr=0x", "[ENLARGE_CREDIT phase=1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dump lacks %q:\n%s", want, out)
+		}
+	}
+	js, _, err := run(t, "dump", "--json", path)
+	if err != nil || !strings.Contains(js, `"payload_kind":"enlarge"`) {
+		t.Errorf("JSON lacks payload_kind enlarge: %v", err)
+	}
+}
