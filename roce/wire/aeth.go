@@ -15,7 +15,7 @@ import (
 //	|R| T |  Value  |       Message Sequence Number (24 bits)       |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
-// The syndrome byte (IBA 9.3.5.1, table 44): R reserved, T the type (00 ACK,
+// The syndrome byte (IBA Vol 1, 9.3.5): R reserved, T the type (00 ACK,
 // 01 RNR NAK, 11 NAK), Value the credit count (ACK; 0x1F = unlimited), the
 // RNR timer code (RNR NAK) or the NAK code.
 type AETH struct {

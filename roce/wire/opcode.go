@@ -2,7 +2,7 @@ package wire
 
 import "strconv"
 
-// Opcode is the BTH opcode (IBA 9.2.1, table 38 "OpCode Field"; RoCEv2 annex
+// Opcode is the BTH opcode (IBA Vol 1, 9.2.1; RoCEv2 annex
 // A17.9.3 for CNP). The top three bits select the transport (000 RC, 001 UC,
 // 011 UD, 100 CNP), the low five the operation.
 type Opcode uint8
