@@ -15,7 +15,7 @@ import "encoding/binary"
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //
 // S solicited event, M migration request, Pad pad count, F FECN and B BECN
-// (RoCEv2 A17.9; the ICRC covers byte 4 as all ones), A acknowledge request.
+// (RoCEv2 annex A17; the ICRC covers byte 4 as all ones), A acknowledge request.
 type BTH struct {
 	Opcode     Opcode
 	SE, MigReq bool

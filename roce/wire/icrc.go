@@ -5,7 +5,7 @@ import (
 	"hash/crc32"
 )
 
-// The invariant CRC (RoCEv2 annex A17.3.3; IBA Vol 1, 7.8.1): CRC-32 (IEEE
+// The invariant CRC (IBA Vol 1, 7.8.1; RoCEv2 annex A17): CRC-32 (IEEE
 // 802.3) over 8 bytes of 0xFF, the IP header, the UDP header, the BTH, the
 // extension headers, the payload and the pad, with the variant fields
 // replaced by ones: IPv4 TOS, TTL and header checksum; IPv6 traffic class,

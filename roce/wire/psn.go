@@ -7,7 +7,7 @@ const PSNMask = 0xFFFFFF
 func PSNAdd(a, n uint32) uint32 { return (a + n) & PSNMask }
 
 // PSNDiff returns a-b as a signed distance in (-2^23, 2^23]: positive when a
-// is after b in the 24-bit sequence space (IBA Vol 1, 9.7.1).
+// is after b in the 24-bit sequence space (IBA Vol 1, chapter 9).
 func PSNDiff(a, b uint32) int32 { return int32((a-b)<<8) >> 8 }
 
 // PSNBefore reports whether a comes before b.

@@ -1,7 +1,7 @@
 package wire
 
 // UDP source ports: RoCEv2 uses the source port for ECMP entropy (RoCEv2
-// A17.5.1.1). Receivers accept any source port.
+// annex A17). Receivers accept any source port.
 
 // SourcePortMin is the lowest source port of a flow (0xC000); every port
 // below comes from the 14-bit flow hash ORed into it.
