@@ -2,8 +2,8 @@ package wire
 
 import "strconv"
 
-// Opcode is the BTH opcode (IBA Vol 1, 9.2.1; RoCEv2 annex
-// A17.9.3 for CNP). The top three bits select the transport (000 RC, 001 UC,
+// Opcode is the BTH opcode (IBA Vol 1, 9.2; RoCEv2 annex
+// A17 for CNP). The top three bits select the transport (000 RC, 001 UC,
 // 011 UD, 100 CNP), the low five the operation.
 type Opcode uint8
 
@@ -282,8 +282,8 @@ func Opcodes() []Opcode {
 // payloadRule checks the payload length n (without pad) against the rules of
 // the opcode: none for ACKs, READ requests and atomics; exactly one path MTU
 // (256, 512, 1024, 2048 or 4096 bytes) for FIRST and MIDDLE; 1..4096 for LAST;
-// 0..4096 for ONLY (IBA Vol 1, 9.7 "packet sizes"); exactly 16 for CNP
-// (RoCEv2, annex A17.9.3).
+// 0..4096 for ONLY (IBA Vol 1, chapter 9); exactly 16 for CNP
+// (RoCEv2, annex A17).
 func payloadRule(info *OpInfo, n int) (code int) {
 	switch {
 	case info.Kind == KindCNP:
