@@ -29,7 +29,13 @@ func openEnd(t testing.TB, e *netlab.Iface, mode bpf.Mode, cfg *xsk.Config) *end
 		if r.Dev, err = xsk.Open(e.Name, cfg); err != nil {
 			return err
 		}
-		r.Prog, err = bpf.Attach(e.Name, []netip.Addr{e.IPv4, e.IPv6}, r.Dev.FDs(), &bpf.Options{Mode: mode})
+		var ips []netip.Addr
+		for _, ip := range []netip.Addr{e.IPv4, e.IPv6} {
+			if ip.IsValid() {
+				ips = append(ips, ip)
+			}
+		}
+		r.Prog, err = bpf.Attach(e.Name, ips, r.Dev.FDs(), &bpf.Options{Mode: mode})
 		return err
 	})
 	if r.Dev != nil {
