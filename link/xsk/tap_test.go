@@ -71,7 +71,6 @@ func openTap(t *testing.T, ns *netlab.NS, name string, ip netip.Addr, mtu int) (
 	return f, e
 }
 
-
 // AF_XDP on a tap device (the interop peer, a QEMU guest, sits behind one):
 // frames written into the tap reach the socket through the steering program,
 // and frames the socket sends come out of the tap.
