@@ -19,7 +19,7 @@ vet:
 
 # unit + privileged tests (privileged ones skip when not root unless XDPROCE_REQUIRE_PRIV=1),
 # then every fuzz target for $(FUZZTIME), then the benchmarks once each as a smoke run.
-test: vet unit fuzz
+test: vet generate-check unit fuzz
 	@echo "make test: all stages passed"
 
 unit:
@@ -35,8 +35,13 @@ generate:
 	BPF2GO_CC=clang-19 $(GO) generate ./...
 
 # CI: regenerated BPF objects must match the committed ones.
-generate-check: generate
-	@git diff --exit-code -- bpf/ || { echo "generated files are not up to date: run make generate"; exit 1; }
+# Skipped (with a note) where clang-19 is missing, unless XDPROCE_REQUIRE_PRIV=1 (CI).
+generate-check:
+	@if command -v clang-19 >/dev/null 2>&1; then \
+	  BPF2GO_CC=clang-19 $(GO) generate ./bpf/... && \
+	  { git diff --exit-code --stat -- bpf/ || { echo "generated files are not up to date: run make generate"; exit 1; }; }; \
+	elif [ "$$XDPROCE_REQUIRE_PRIV" = 1 ]; then echo "generate-check: clang-19 missing (apt-get install clang-19)"; exit 1; \
+	else echo "generate-check: skipped, clang-19 not installed (apt-get install clang-19)"; fi
 
 demo: build
 	./bin/xdproce demo
