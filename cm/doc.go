@@ -1,0 +1,27 @@
+// Package cm sets up connections out of band: it carries the queue pair numbers, PSNs, GIDs,
+// rkeys and addresses two RoCE endpoints must learn from each other before they can talk RDMA.
+//
+// Three protocols live here, all over TCP (default port 18515, DefaultPort):
+//
+//   - rdma-core's pingpong exchange (ibv_rc_pingpong, ibv_uc_pingpong, ibv_ud_pingpong):
+//     PingpongDest, DialPingpong, ServePingpong. One NUL-terminated text line each way and a
+//     closing "done" from the client.
+//   - perftest's exchange (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat):
+//     PerftestConn with the steps perftest takes (versions, system data, MTU, key handshakes,
+//     bandwidth reports, "done"), PerftestDest for the 108-byte key message, and
+//     PerftestPlan for the order of the steps of each tool as observed against perftest 6.06.
+//   - xdproce's own control protocol between two xdproce processes: Dial, Listen, Conn and
+//     Message. Frames are a 4-byte big-endian length followed by one JSON object; the first
+//     frame each way is a hello carrying the protocol name and ProtocolVersion. It may run over
+//     TLS, with a certificate and key from files or a generated self-signed pair the client pins
+//     by its SHA-256 fingerprint. Clients retry the connection with backoff for a configurable
+//     time, since a server may still be starting.
+//
+// The types here are plain values; the package knows nothing of queue pairs or devices, so the
+// caller moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong
+// and the PerftestConn steps are where that happens).
+//
+// Errors: ErrVersionMismatch, ErrFingerprintMismatch and ErrProtocol are sentinels callers may
+// branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)
+// reachable through %w and name the address and how long the client retried.
+package cm
