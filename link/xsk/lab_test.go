@@ -9,6 +9,7 @@ import (
 	"github.com/xdproce/xdproce/bpf"
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/link/xsk"
+	"github.com/xdproce/xdproce/roce/wire"
 )
 
 // end is one side of a lab: AF_XDP sockets on the interface plus the
@@ -52,8 +53,10 @@ func openEnd(t testing.TB, e *netlab.Iface, mode bpf.Mode, cfg *xsk.Config) *end
 	return r
 }
 
-// putRoCE writes an Ethernet/IPv4/UDP(→4791) frame from src to dst of total
-// length n into b, with a payload that encodes seq, and returns b[:n].
+// putRoCE writes into b a RoCEv2 frame from src to dst of total length n
+// (n ≥ 58): Ethernet, IPv4 (DF, ID 0), UDP to 4791, a BTH (RC SEND ONLY to
+// QPN 0x11, PSN = seq), a payload pattern derived from seq, and the ICRC
+// (roce/wire). It returns b[:n].
 func putRoCE(b []byte, src, dst *netlab.Iface, seq uint32, n int) []byte {
 	b = b[:n]
 	copy(b[0:6], dst.HWAddr)
@@ -78,23 +81,31 @@ func putRoCE(b []byte, src, dst *netlab.Iface, seq uint32, n int) []byte {
 	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
 	udp := b[34:42]
 	binary.BigEndian.PutUint16(udp[0:], 49441)
-	binary.BigEndian.PutUint16(udp[2:], 4791)
+	binary.BigEndian.PutUint16(udp[2:], wire.UDPPort)
 	binary.BigEndian.PutUint16(udp[4:], uint16(n-34))
 	binary.BigEndian.PutUint16(udp[6:], 0)
-	binary.BigEndian.PutUint32(b[42:], seq)
-	for i := 46; i < n; i++ {
+	bth := b[42:54]
+	bth[0], bth[1] = 0x04, 0 // RC SEND ONLY
+	binary.BigEndian.PutUint16(bth[2:], 0xffff)
+	binary.BigEndian.PutUint32(bth[4:], 0x11)
+	binary.BigEndian.PutUint32(bth[8:], 0x80000000|seq&0xffffff)
+	for i := 54; i < n-4; i++ {
 		b[i] = byte(int(seq) + i)
+	}
+	if err := wire.SetICRC(b); err != nil {
+		panic(err)
 	}
 	return b
 }
 
-// checkRoCE verifies a frame written by putRoCE and returns its seq.
+// checkRoCE verifies a frame written by putRoCE (length, ICRC, payload) and
+// returns its seq.
 func checkRoCE(f []byte, n int) (uint32, bool) {
-	if len(f) != n || n < 46 || binary.BigEndian.Uint16(f[36:]) != 4791 {
+	if len(f) != n || n < 58 || binary.BigEndian.Uint16(f[36:]) != wire.UDPPort || wire.VerifyICRC(f) != nil {
 		return 0, false
 	}
-	seq := binary.BigEndian.Uint32(f[42:])
-	for i := 46; i < n; i++ {
+	seq := binary.BigEndian.Uint32(f[50:]) & 0xffffff
+	for i := 54; i < n-4; i++ {
 		if f[i] != byte(int(seq)+i) {
 			return seq, false
 		}

@@ -25,27 +25,49 @@ import (
 	"github.com/xdproce/xdproce/link/xsk"
 )
 
-func openFDs() int {
+// kernelFDs lists the open descriptors that are sockets or anonymous inodes
+// (BPF programs, maps and links, eventfds): what this package and its tests
+// create. Files the runtime opens lazily (cgroup limits, /dev/null) are not
+// counted.
+func kernelFDs() map[string]string {
+	m := make(map[string]string)
 	ents, _ := os.ReadDir("/proc/self/fd")
-	return len(ents)
+	for _, e := range ents {
+		l, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil && (strings.HasPrefix(l, "socket:") || strings.HasPrefix(l, "anon_inode:")) {
+			m[e.Name()] = l
+		}
+	}
+	return m
 }
 
-// TestMain fails the run when the tests leak file descriptors (sockets, BPF
-// objects, eventfds).
+// TestMain fails the run when the tests leak sockets, BPF objects or
+// eventfds.
 func TestMain(m *testing.M) {
-	before := openFDs()
+	// Start the runtime's network poller (its epoll and wake-up fds stay
+	// open for good) before taking stock.
+	if r, w, err := os.Pipe(); err == nil {
+		r.Close()
+		w.Close()
+	}
+	before := kernelFDs()
 	code := m.Run()
 	if code == 0 {
-		// Closing is synchronous, but give finalisers of dropped test
-		// objects a moment.
+		var leaked []string
 		for range 50 {
-			if openFDs() <= before {
+			leaked = leaked[:0]
+			for fd, l := range kernelFDs() {
+				if before[fd] != l {
+					leaked = append(leaked, fd+" -> "+l)
+				}
+			}
+			if len(leaked) == 0 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		if after := openFDs(); after > before {
-			fmt.Fprintf(os.Stderr, "leaked %d file descriptors (%d before, %d after)\n", after-before, before, after)
+		if len(leaked) > 0 {
+			fmt.Fprintf(os.Stderr, "leaked file descriptors: %v\n", leaked)
 			code = 1
 		}
 	}
