@@ -222,6 +222,19 @@ func TestPrivilegedRelayClean(t *testing.T) {
 	if st.Forwarded < n || st.Lost+st.Reordered+st.Duplicated+st.Corrupted != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	// The relay stops promptly and for good.
+	start := time.Now()
+	if err := topo.Relay.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Errorf("relay Close took %v", el)
+	}
+	topo.Relay.Close()
+	seqs, _ = udpFlow(t, topo, 10, 100)
+	if len(seqs) != 0 {
+		t.Errorf("%d datagrams crossed a closed relay", len(seqs))
+	}
 }
 
 func TestPrivilegedRelayImpairs(t *testing.T) {

@@ -467,3 +467,77 @@ func TestPrivilegedOpenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// kernelAtLeast reports whether the running kernel is at least major.minor.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var ma, mi int
+	if _, err := fmt.Sscanf(rel, "%d.%d", &ma, &mi); err != nil {
+		t.Fatalf("kernel release %q: %v", rel, err)
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// The per-frame path allocates nothing, with multi-buffer frames too (PMTU
+// 4096 at MTU 9000: two descriptors on TX, a reassembly copy on RX), and the
+// kernel features the package documents are in use on kernels that have them.
+func TestPrivilegedNoAllocsMultiBuffer(t *testing.T) {
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	a := openEnd(t, topo.A, bpf.ModeAuto, nil)
+	b := openEnd(t, topo.B, bpf.ModeAuto, nil)
+	if !a.Sock.MultiBuffer() {
+		t.Fatal("no multi-buffer at MTU 9000")
+	}
+	if kernelAtLeast(t, 6, 17) && !a.Sock.TxBudgetRaised() {
+		t.Error("XDP_MAX_TX_SKB_BUDGET not raised on a 6.17+ kernel")
+	}
+	if p := a.Sock.Props(); p.MaxFrame < 9018 || p.MTU != 9000 {
+		t.Errorf("Props %+v", p)
+	}
+	bufs := make([][]byte, 4)
+	rx := make([][]byte, 8)
+	tmpl := putRoCE(make([]byte, pmtu4096Frame), topo.A, topo.B, 1, pmtu4096Frame)
+	fails := 0
+	round := func() {
+		if a.Sock.Alloc(bufs[:2]) != 2 {
+			fails++
+			return
+		}
+		bufs[0] = bufs[0][:copy(bufs[0], tmpl)]
+		bufs[1] = bufs[1][:copy(bufs[1], tmpl[:60])]
+		if a.Sock.Send(bufs[:2]) != nil {
+			fails++
+			return
+		}
+		got := 0
+		for range 1000 {
+			n, err := b.Sock.Receive(rx)
+			if err != nil {
+				fails++
+				return
+			}
+			got += n
+			if got >= 2 {
+				break
+			}
+			b.Sock.Wait(10 * time.Millisecond)
+		}
+		if got != 2 {
+			fails++
+		}
+	}
+	for range 10 {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(200, round); allocs != 0 {
+		t.Errorf("%v allocations per round of two frames, want 0", allocs)
+	}
+	if fails != 0 {
+		t.Errorf("%d rounds lost frames", fails)
+	}
+}
