@@ -1,0 +1,256 @@
+package cm
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Config configures both ends of the control protocol. The zero value (or nil) means plain TCP
+// on DefaultPort, 5 s of retries for a client, 10 s for the hello.
+type Config struct {
+	// Port used when an address has none; 0 means DefaultPort.
+	Port int
+	// Retry is how long a client keeps trying to connect (the server may still be starting);
+	// 0 means 5 s, negative means one attempt.
+	Retry time.Duration
+	// Backoff is the first pause between attempts (0: 50 ms); it doubles up to 1 s.
+	Backoff time.Duration
+	// Timeout bounds each connection attempt and the hello exchange (0: 10 s).
+	Timeout time.Duration
+	// TLS, when set, runs the control connection over TLS.
+	TLS *TLSConfig
+}
+
+func (c *Config) orDefault() Config {
+	var v Config
+	if c != nil {
+		v = *c
+	}
+	if v.Port == 0 {
+		v.Port = DefaultPort
+	}
+	if v.Retry == 0 {
+		v.Retry = 5 * time.Second
+	}
+	if v.Backoff == 0 {
+		v.Backoff = 50 * time.Millisecond
+	}
+	if v.Timeout == 0 {
+		v.Timeout = 10 * time.Second
+	}
+	return v
+}
+
+// withPort adds the default port to an address without one ("198.51.100.2", "fe80::1%veth0",
+// "[2001:db8::1]", "host") and leaves "host:port" alone.
+func withPort(addr string, port int) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	if len(addr) > 1 && addr[0] == '[' && addr[len(addr)-1] == ']' {
+		addr = addr[1 : len(addr)-1]
+	}
+	return net.JoinHostPort(addr, strconv.Itoa(port))
+}
+
+// Dial connects to an xdproce control endpoint at addr (host or host:port), retrying refused
+// and unreachable connections with backoff for cfg.Retry, then runs TLS (when configured) and
+// the hello exchange. Errors name the address and how long it tried; the cause (for example
+// syscall.ECONNREFUSED, syscall.EHOSTUNREACH) stays reachable with errors.Is, and so do
+// ErrVersionMismatch and ErrFingerprintMismatch.
+func Dial(ctx context.Context, addr string, cfg *Config) (*Conn, error) {
+	c := cfg.orDefault()
+	addr = withPort(addr, c.Port)
+	var tcfg *tls.Config
+	if c.TLS != nil {
+		var err error
+		if tcfg, err = c.TLS.client(addr); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(c.Retry)
+	pause := c.Backoff
+	var d net.Dialer
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, c.Timeout)
+		nc, err := d.DialContext(actx, "tcp", addr)
+		cancel()
+		if err == nil {
+			conn, herr := handshakeClient(ctx, nc, tcfg, c.Timeout, addr)
+			if herr == nil {
+				return conn, nil
+			}
+			nc.Close()
+			// A server that accepted but is not ready to talk yet is not worth a retry when
+			// it answered with something definite.
+			if !retryableHello(herr) || c.Retry < 0 || !time.Now().Before(deadline) {
+				return nil, herr
+			}
+			err = herr
+		} else if ctx.Err() != nil {
+			return nil, fmt.Errorf("cm: connect to %s: %w", addr, ctx.Err())
+		} else if !retryableDial(err) || c.Retry < 0 || !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("cm: connect to %s (%d %s in %v): %w", addr, attempt, plural(attempt, "attempt"), time.Since(start).Round(time.Millisecond), err)
+		}
+		wait := pause
+		if left := time.Until(deadline); left < wait {
+			wait = left
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("cm: connect to %s: %w (last error: %v)", addr, ctx.Err(), err)
+		case <-t.C:
+		}
+		if pause *= 2; pause > time.Second {
+			pause = time.Second
+		}
+	}
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
+}
+
+// retryableDial: errors a server that is still starting (or a neighbour entry still being
+// resolved) gives; a name that does not resolve is final.
+func retryableDial(err error) bool {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.Temporary()
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// retryableHello: the connection broke during TLS or the hello (a server accepting before it
+// is ready); version and fingerprint mismatches and remote errors are final.
+func retryableHello(err error) bool {
+	if errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrFingerprintMismatch) || errors.Is(err, ErrRemote) {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, timeout time.Duration, addr string) (*Conn, error) {
+	if tcfg != nil {
+		tc := tls.Client(nc, tcfg)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, ErrFingerprintMismatch) {
+				return nil, fmt.Errorf("cm: tls with %s: %w", addr, err)
+			}
+			var ve *tls.CertificateVerificationError
+			if errors.As(err, &ve) {
+				return nil, fmt.Errorf("cm: tls with %s: %w (a self-signed server: pin its fingerprint, or give its certificate as the CA)", addr, err)
+			}
+			return nil, fmt.Errorf("cm: tls with %s: %w (is the server running with --tls?)", addr, err)
+		}
+		nc = tc
+	}
+	conn := newConn(nc, timeout)
+	if err := conn.clientHello(ctx); err != nil {
+		return nil, fmt.Errorf("cm: %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+// Listener accepts control connections.
+type Listener struct {
+	ln          net.Listener
+	tcfg        *tls.Config
+	fingerprint string
+	timeout     time.Duration
+}
+
+// Listen listens on addr (":18515" when empty; a bare host gets cfg's port). With cfg.TLS and
+// no certificate files it generates a self-signed certificate; Fingerprint gives the SHA-256
+// clients pin.
+func Listen(addr string, cfg *Config) (*Listener, error) {
+	c := cfg.orDefault()
+	if addr == "" {
+		addr = ":" + strconv.Itoa(c.Port)
+	} else {
+		addr = withPort(addr, c.Port)
+	}
+	l := &Listener{timeout: c.Timeout}
+	if c.TLS != nil {
+		var err error
+		if l.tcfg, l.fingerprint, err = c.TLS.server(); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cm: listen on %s: %w", addr, err)
+	}
+	l.ln = ln
+	return l, nil
+}
+
+// Addr is the address the listener is bound to.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Fingerprint is the SHA-256 of the server's TLS certificate as 64 hex digits ("" without TLS).
+func (l *Listener) Fingerprint() string { return l.fingerprint }
+
+// Close stops listening; a blocked Accept returns net.ErrClosed.
+func (l *Listener) Close() error { return l.ln.Close() }
+
+// Accept waits for a client and runs TLS and the hello exchange with it. A client that fails
+// them gets an error (the connection is closed, the listener stays usable): callers usually log
+// it and accept again. net.ErrClosed means the listener was closed.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	stop := context.AfterFunc(ctx, func() {
+		if d, ok := l.ln.(interface{ SetDeadline(time.Time) error }); ok {
+			d.SetDeadline(time.Unix(1, 0))
+		}
+	})
+	nc, err := l.ln.Accept()
+	if !stop() {
+		if d, ok := l.ln.(interface{ SetDeadline(time.Time) error }); ok {
+			d.SetDeadline(time.Time{})
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("cm: accept: %w", ctx.Err())
+		}
+		return nil, fmt.Errorf("cm: accept: %w", err)
+	}
+	if l.tcfg != nil {
+		tc := tls.Server(nc, l.tcfg)
+		hctx, cancel := context.WithTimeout(ctx, l.timeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("cm: tls with %v: %w", nc.RemoteAddr(), err)
+		}
+		nc = tc
+	}
+	conn := newConn(nc, l.timeout)
+	if err := conn.serverHello(ctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("cm: client %v: %w", nc.RemoteAddr(), err)
+	}
+	return conn, nil
+}
