@@ -24,6 +24,10 @@ var (
 	ErrForeignBuffer = errors.New("xsk: send: buffer not from Alloc")
 	// ErrFrameTooLarge: a frame passed to Send is longer than Props().MaxFrame.
 	ErrFrameTooLarge = errors.New("xsk: send: frame longer than MaxFrame")
+
+	// errTxRingFull cannot happen (the TX ring has room for every chunk of
+	// every slot); it is reported rather than overwriting the ring.
+	errTxRingFull = errors.New("xsk: send: tx ring full")
 )
 
 // xdpPacketHeadroom is XDP_PACKET_HEADROOM: in copy mode the kernel puts
@@ -152,11 +156,11 @@ func (d *Device) SetXDPMode(mode string) {
 	}
 }
 
-// Close closes every socket.
+// Close closes every socket (sockets already closed are skipped).
 func (d *Device) Close() error {
 	var errs []error
 	for _, s := range d.Sockets {
-		if err := s.Close(); err != nil {
+		if err := s.Close(); err != nil && !errors.Is(err, link.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
@@ -656,7 +660,7 @@ func (s *Socket) Send(frames [][]byte) error {
 			s.kickTx()
 			if s.tx.free(need) < need {
 				s.txFree = append(s.txFree, a)
-				bad = ErrFrameTooLarge
+				bad = errTxRingFull
 				continue
 			}
 		}
