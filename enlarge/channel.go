@@ -107,7 +107,7 @@ type Channel struct {
 	tx    txState
 	rx    rxState
 	st    Stats
-	wcs   [32]Completion
+	wcs   [8]Completion
 	wr    WorkRequest
 	ctrl  [ReqLen]byte
 	load  [AckLen]byte

@@ -71,7 +71,7 @@ func (l *devLab) qpConfig(cq *roce.CQ) roce.QPConfig {
 		recv = max(recv, l.cfg.RecvDepth(p))
 	}
 	return roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: l.cfg.RingSlots + l.cfg.LargeSlots + 4,
-		MaxRecvWR: recv, MaxSGE: 1, MaxInline: -1}
+		MaxRecvWR: recv + 2, MaxSGE: 1, MaxInline: -1}
 }
 
 // open makes connection i: two queue pairs, connected, and a channel on each.
@@ -150,7 +150,7 @@ func (l *devLab) pingAll(tb testing.TB, size int) {
 	got := make([]int, len(l.conns))
 	done := 0
 	buf := make([]byte, size+1)
-	deadline := time.Now().Add(120 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for done < len(l.conns) {
 		if time.Now().After(deadline) {
 			tb.Fatalf("ping: %d of %d connections delivered", done, len(l.conns))
@@ -164,6 +164,8 @@ func (l *devLab) pingAll(tb testing.TB, size int) {
 				}
 				sent[i] += k
 				progress = progress || k > 0
+			} else if err := c.a.Progress(); err != nil { // gives the pool slot back
+				tb.Fatalf("connection %d: %v", i, err)
 			}
 			if got[i] >= 0 {
 				k, end, err := c.b.Recv(buf[got[i]:])

@@ -10,8 +10,11 @@ import (
 // pool of registered send buffers). A channel takes a slot for each eager
 // message it sends from its small ring and gives it back when the send
 // completes, so the pool's cost per connection is its size divided by the
-// number of connections. A channel that has been promoted sends from its own
-// large buffer instead. Safe for concurrent use.
+// number of connections. A channel gives its slots back when it next runs
+// (any Send, Recv or Progress call polls its completions), so a program must
+// not leave a channel that has sent unattended for long while others wait for
+// slots. A channel that has been promoted sends from its own large buffer
+// instead. Safe for concurrent use.
 type Pool struct {
 	mu     sync.Mutex
 	t      Transport

@@ -13,8 +13,9 @@ import (
 // for a roce.QP q in protection domain pd with completion queue cq (used for
 // both sends and receives), NewVerbs(q.Engine(), pd.MRPD(), cq, opts). The
 // queue pair must be RC, connected (RTS), with MaxRecvWR ≥ Config.RecvDepth of
-// every phase and MaxSendWR ≥ the pool slots a channel may hold plus
-// LargeSlots plus 2.
+// every phase plus 2 and MaxSendWR ≥ RingSlots + LargeSlots + 4. (The plus 2:
+// roce/qp pushes a completion before it frees the queue entry, so a receive
+// reposted at once after polling can briefly find the queue one entry short.)
 type Verbs struct {
 	q    *qp.QP
 	pd   *mr.PD
@@ -23,7 +24,7 @@ type Verbs struct {
 	wr   qp.SendWR
 	rwr  qp.RecvWR
 	sge  [1]mr.SGE
-	wcs  [32]qp.WC
+	wcs  [8]qp.WC
 }
 
 // VerbsOptions configure NewVerbs. nil means the defaults.
