@@ -82,7 +82,7 @@ type steerCase struct {
 	want  Verdict
 }
 
-func steerCases(t *testing.T) []steerCase {
+func steerCases(t testing.TB) []steerCase {
 	roce4 := frame(t, false, ip4(remote4, local4, layers.IPProtocolUDP), udp(49441, 4791), gopacket.Payload(bthPayload))
 	withOpts := ip4(remote4, local4, layers.IPProtocolUDP)
 	withOpts.Options = []layers.IPv4Option{{OptionType: 1}, {OptionType: 1}, {OptionType: 1}, {OptionType: 0}} // NOP NOP NOP EOL: IHL 6
@@ -126,7 +126,7 @@ func steerCases(t *testing.T) []steerCase {
 	}
 }
 
-func loadForTest(t *testing.T) *Program {
+func loadForTest(t testing.TB) *Program {
 	t.Helper()
 	testenv.Privileged(t)
 	p, err := Load()
