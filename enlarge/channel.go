@@ -196,7 +196,7 @@ func (f *fifo) at(i int) *entry { return &f.e[(f.head+i)%len(f.e)] }
 
 // New creates a channel end over t: it registers the phase-0 receive ring
 // (RingSlots × Ladder[0]) and the mailbox, and posts zero-length receives
-// (RecvDepth of them) for the peer's WRITE_WITH_IMMs.
+// (one per ring slot plus spares) for the peer's WRITE_WITH_IMMs.
 // Eager sends are staged in pool, which must share t's protection domain and
 // have slots of at least Ladder[0] bytes. Connect it before use.
 func New(t Transport, pool *Pool, cfg *Config) (*Channel, error) {
@@ -380,19 +380,17 @@ func (c *Channel) oldDone(phase int) error {
 	return fmt.Errorf("enlarge: completion for a phase-%d send buffer that is not waiting", phase)
 }
 
-// RecvDepth is the number of zero-length receives a channel keeps posted
+// recvDepth is the number of zero-length receives a channel keeps posted
 // while its receiving direction is in phase p: one per slot of its buffer
-// plus spares for the peer's ENLARGE_ACK and ENLARGE_CREDIT writes. The queue
-// pair's receive queue must hold RecvDepth(0) (and that of every later
-// phase).
-func (c *Config) RecvDepth(p int) int { return c.slots(p) + recvSpare }
+// plus spares for the peer's ENLARGE_ACK and ENLARGE_CREDIT writes.
+func (c *Config) recvDepth(p int) int { return c.slots(p) + recvSpare }
 
 const recvSpare = 4
 
 // topUp keeps RecvDepth zero-length receives posted: every message is a
 // WRITE_WITH_IMM, which consumes one receive and does not use its buffer.
 func (c *Channel) topUp() error {
-	for c.rx.posted < c.cfg.RecvDepth(c.rx.phase) {
+	for c.rx.posted < c.cfg.recvDepth(c.rx.phase) {
 		if err := c.t.PostRecv(wrID(idRecv, c.rx.phase, 0), nil, 0, 0); err != nil {
 			return fmt.Errorf("enlarge: post receive: %w", err)
 		}

@@ -192,5 +192,23 @@ func (c *Config) phaseFor(n int) int {
 	return c.top()
 }
 
+// QueueDepths returns the send and receive queue sizes (MaxSendWR,
+// MaxRecvWR) a channel with this configuration needs from its queue pair, and
+// the completion queue depth that holds both. They include two entries of
+// headroom each: roce/qp pushes a completion before it frees the queue entry,
+// so an entry reused at once after polling can briefly find the queue full.
+func (c *Config) QueueDepths() (send, recv, cq int, err error) {
+	d, err := c.withDefaults()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for p := range d.Ladder {
+		recv = max(recv, d.recvDepth(p))
+	}
+	send = d.RingSlots + d.LargeSlots + 4
+	recv += 2
+	return send, recv, send + recv, nil
+}
+
 // RingBytes is the size of phase p's receive buffer.
 func (c *Config) RingBytes(p int) int { return c.slots(p) * c.Ladder[p] }

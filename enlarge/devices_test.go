@@ -66,17 +66,13 @@ func newDevLab(tb testing.TB, cfg *Config, n int) *devLab {
 }
 
 func (l *devLab) qpConfig(cq *roce.CQ) roce.QPConfig {
-	recv := 0
-	for p := range l.cfg.Ladder {
-		recv = max(recv, l.cfg.RecvDepth(p))
-	}
-	return roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: l.cfg.RingSlots + l.cfg.LargeSlots + 4,
-		MaxRecvWR: recv + 2, MaxSGE: 1, MaxInline: -1}
+	send, recv, _, _ := l.cfg.QueueDepths()
+	return roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: send, MaxRecvWR: recv, MaxSGE: 1, MaxInline: -1}
 }
 
 // open makes connection i: two queue pairs, connected, and a channel on each.
 func (l *devLab) open(i uint32) error {
-	cqDepth := 2 * (l.cfg.RingSlots + l.cfg.LargeSlots + 8)
+	_, _, cqDepth, _ := l.cfg.QueueDepths()
 	mk := func(d *roce.Device, pd *roce.PD) (*roce.QP, *roce.CQ, error) {
 		cq, err := d.CreateCQ(cqDepth)
 		if err != nil {

@@ -12,10 +12,8 @@ import (
 // Verbs is the Transport over one queue pair of packages roce/qp and roce/mr:
 // for a roce.QP q in protection domain pd with completion queue cq (used for
 // both sends and receives), NewVerbs(q.Engine(), pd.MRPD(), cq, opts). The
-// queue pair must be RC, connected (RTS), with MaxRecvWR ≥ Config.RecvDepth of
-// every phase plus 2 and MaxSendWR ≥ RingSlots + LargeSlots + 4. (The plus 2:
-// roce/qp pushes a completion before it frees the queue entry, so a receive
-// reposted at once after polling can briefly find the queue one entry short.)
+// queue pair must be RC, connected (RTS), with the queue sizes
+// Config.QueueDepths gives.
 type Verbs struct {
 	q    *qp.QP
 	pd   *mr.PD
