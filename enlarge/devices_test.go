@@ -25,6 +25,8 @@ type devLab struct {
 	poolB  *Pool
 	conns  []devConn
 	closed bool
+	co     *roce.ConnectOptions
+	la, lb *pipe.Link
 }
 
 type devConn struct {
@@ -38,16 +40,22 @@ var (
 )
 
 func newDevLab(tb testing.TB, cfg *Config, n int) *devLab {
+	return newDevLabOn(tb, cfg, n, pipe.Config{MTU: 1500, Depth: 8192, TxBuffers: 2048}, nil)
+}
+
+// newDevLabOn is newDevLab over a pipe with the given configuration
+// (faults) and connection options.
+func newDevLabOn(tb testing.TB, cfg *Config, n int, pc pipe.Config, co *roce.ConnectOptions) *devLab {
 	tb.Helper()
 	c, err := cfg.withDefaults()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	la, lb, err := pipe.New(pipe.Config{MTU: 1500, Depth: 8192, TxBuffers: 2048})
+	la, lb, err := pipe.New(pc)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l := &devLab{cfg: c}
+	l := &devLab{cfg: c, co: co, la: la, lb: lb}
 	if l.da, err = roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{devAddrA}}); err != nil {
 		tb.Fatal(err)
 	}
@@ -91,10 +99,10 @@ func (l *devLab) open(i uint32) error {
 	}
 	gidA, gidB := netip.AddrFrom16(devAddrA.As16()), netip.AddrFrom16(devAddrB.As16())
 	psnA, psnB := (i*7919+0x100)&0xFFFFFF, (i*104729+0x200)&0xFFFFFF
-	if err := qa.Connect(psnA, roce.Endpoint{QPN: qb.QPN(), PSN: psnB, GID: gidB}, nil); err != nil {
+	if err := qa.Connect(psnA, roce.Endpoint{QPN: qb.QPN(), PSN: psnB, GID: gidB}, l.co); err != nil {
 		return err
 	}
-	if err := qb.Connect(psnB, roce.Endpoint{QPN: qa.QPN(), PSN: psnA, GID: gidA}, nil); err != nil {
+	if err := qb.Connect(psnB, roce.Endpoint{QPN: qa.QPN(), PSN: psnA, GID: gidA}, l.co); err != nil {
 		return err
 	}
 	va := NewVerbs(qa.Engine(), l.pa.MRPD(), cqa, nil)
@@ -207,7 +215,26 @@ func (l *devLab) close() {
 // every phase with blocking Write and Read. Run it with -race: the mailbox
 // handoff from the engines to the callers is checked here.
 func TestDevicesStreamBothWays(t *testing.T) {
-	l := newDevLab(t, &Config{LargeSlots: 2}, 2)
+	stream(t, newDevLab(t, &Config{LargeSlots: 2}, 2))
+}
+
+// Over a link that loses, reorders, duplicates and corrupts frames: RC
+// recovers underneath, and the protocol (requests, acks, credits) too.
+func TestDevicesStreamLossyLink(t *testing.T) {
+	f := pipe.Faults{Loss: 0.01, Reorder: 0.01, Duplicate: 0.01, Corrupt: 0.002}
+	co := roce.DefaultConnectOptions()
+	co.Timeout = 12 // ≈ 17 ms
+	l := newDevLabOn(t, &Config{LargeSlots: 2}, 2,
+		pipe.Config{MTU: 1500, Depth: 8192, TxBuffers: 2048, Seed: 7, AtoB: f, BtoA: f}, &co)
+	stream(t, l)
+	sa, sb := l.la.Stats(), l.lb.Stats()
+	if sa.Lost+sb.Lost == 0 || sa.Corrupted+sb.Corrupted == 0 || sa.Duplicated+sb.Duplicated == 0 {
+		t.Errorf("faults did not happen: %+v %+v", sa, sb)
+	}
+	t.Logf("a→b %+v, b→a %+v", sa, sb)
+}
+
+func stream(t *testing.T, l *devLab) {
 	sizes := []int{1, 460, 461, 3000, 8000, 20000, 131072, 300000, 17}
 	if *long {
 		for i := 0; i < 100; i++ {
