@@ -101,9 +101,24 @@ func RemoveStale() error {
 	return errors.Join(errs...)
 }
 
+// processAlive reports whether pid runs; a zombie (killed, not yet reaped —
+// common under a container init that reaps late) counts as gone.
 func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, unix.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
+		switch b[i+2] {
+		case 'Z', 'X':
+			return false
+		}
+	}
+	return true
 }
 
 func deleteNS(name string) error {

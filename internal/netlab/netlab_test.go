@@ -134,7 +134,25 @@ func TestPrivilegedRemoveStale(t *testing.T) {
 	}
 	dead := netlab.Prefix + strconv.Itoa(cmd.Process.Pid) + "-1-x"
 	live := netlab.Prefix + strconv.Itoa(os.Getpid()) + "-999-x"
-	for _, n := range []string{dead, live} {
+	// A killed process not yet reaped (a zombie) counts as dead too.
+	zcmd := exec.Command("sleep", "30")
+	if err := zcmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	zcmd.Process.Kill()
+	defer zcmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(zcmd.Process.Pid) + "/stat")
+		if bytes.Contains(b, []byte(") Z")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no zombie: %s", b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	zombie := netlab.Prefix + strconv.Itoa(zcmd.Process.Pid) + "-1-z"
+	for _, n := range []string{dead, live, zombie} {
 		if out, err := exec.Command("ip", "netns", "add", n).CombinedOutput(); err != nil {
 			t.Fatalf("ip netns add: %v: %s", err, out)
 		}
@@ -142,11 +160,14 @@ func TestPrivilegedRemoveStale(t *testing.T) {
 	t.Cleanup(func() {
 		exec.Command("ip", "netns", "delete", dead).Run()
 		exec.Command("ip", "netns", "delete", live).Run()
+		exec.Command("ip", "netns", "delete", zombie).Run()
 	})
 	l := netlab.NewT(t) // removes stale labs first
 	_ = l
-	if _, err := os.Stat("/run/netns/" + dead); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stale namespace %s not removed (%v)", dead, err)
+	for _, n := range []string{dead, zombie} {
+		if _, err := os.Stat("/run/netns/" + n); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale namespace %s not removed (%v)", n, err)
+		}
 	}
 	if _, err := os.Stat("/run/netns/" + live); err != nil {
 		t.Errorf("namespace of a live process removed: %v", err)
