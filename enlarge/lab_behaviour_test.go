@@ -3,6 +3,7 @@ package enlarge
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/xdproce/xdproce/roce/mr"
@@ -81,5 +82,53 @@ func TestLabAckWithoutTailTimesOut(t *testing.T) {
 	s := l.a.ch.Stats()
 	if s.SendState != StateRequested || s.AckRefused != 2 || s.ControlSent != 1 {
 		t.Fatalf("sender: %+v; want requested, 2 refused checks, 1 request", s)
+	}
+}
+
+// The eager path over the real roce/qp queue pair allocates nothing: Send,
+// Recv and Progress (posting, polling, credits), measured apart from the
+// lab's own frame shuffling.
+func TestLabEagerPathAllocatesNothing(t *testing.T) {
+	l := newLab(t, nil, false)
+	msg := payload(200, 1)
+	iov := [][]byte{msg}
+	buf := make([]byte, 512)
+	var ms runtime.MemStats
+	mallocs := func() uint64 { runtime.ReadMemStats(&ms); return ms.Mallocs }
+	var total uint64
+	measure := func(f func()) {
+		m0 := mallocs()
+		f()
+		total += mallocs() - m0
+	}
+	round := func() {
+		measure(func() {
+			if n, err := l.a.ch.Send(iov); n != len(msg) || err != nil {
+				t.Fatalf("Send = %d, %v", n, err)
+			}
+		})
+		for range 4 {
+			l.transmit(l.a, l.b)
+			l.transmit(l.b, l.a)
+			measure(func() {
+				l.a.ch.Progress()
+				l.b.ch.Progress()
+			})
+		}
+		measure(func() {
+			if n, end, err := l.b.ch.Recv(buf); n != len(msg) || !end || err != nil {
+				t.Fatalf("Recv = %d, %v, %v", n, end, err)
+			}
+		})
+	}
+	for range 50 {
+		round()
+	}
+	total = 0
+	for range 200 {
+		round()
+	}
+	if total != 0 {
+		t.Errorf("eager send + receive over roce/qp: %d allocations in 200 messages", total)
 	}
 }
