@@ -17,6 +17,8 @@
 #   --tap NAME      [xi0]     --host-ip A/N [198.51.100.1/24]     --guest-ip A/N [198.51.100.2/24]
 #   --mtu N         guest MTU [1500: rxe active MTU 1024]     --mem MB [768]
 #   --lifetime S    QEMU is killed after S seconds whatever happens [1800]
+#   --watch PID     tear the guest and namespace down (as `down` does) within a second of
+#                   process PID exiting, however it exits (the test binary, run.sh)
 #
 # STATE/env holds shell assignments for the host side: NETNS TAP HOST_IP GUEST_IP GUEST_MAC
 # GID_INDEX QEMU_PID SHARE. Run host programs with `ip netns exec $NETNS ...`.
@@ -60,12 +62,12 @@ timeout_opt() { TO=60; if [ "${1:-}" = -t ]; then TO=$2; return 2; fi; return 0;
 case "$cmd" in
 up)
   CACHE=${XDPROCE_INTEROP_CACHE:-/var/cache/xdproce-interop} STATE= NETNS=xdp-iop-$$ TAP=xi0
-  HOST_IP=198.51.100.1/24 GUEST_IP=198.51.100.2/24 MTU=1500 MEM=768 LIFETIME=1800
+  HOST_IP=198.51.100.1/24 GUEST_IP=198.51.100.2/24 MTU=1500 MEM=768 LIFETIME=1800 WATCH=
   while [ $# -gt 0 ]; do
     case "$1" in
       --cache) CACHE=$2 ;; --state) STATE=$2 ;; --netns) NETNS=$2 ;; --tap) TAP=$2 ;;
       --host-ip) HOST_IP=$2 ;; --guest-ip) GUEST_IP=$2 ;; --mtu) MTU=$2 ;; --mem) MEM=$2 ;;
-      --lifetime) LIFETIME=$2 ;;
+      --lifetime) LIFETIME=$2 ;; --watch) WATCH=$2 ;;
       *) die "up: unknown option $1" ;;
     esac
     shift 2
@@ -106,6 +108,11 @@ ENV
       -device "virtio-net-pci,netdev=n0,mac=$GUEST_MAC,romfile=,$NIC" ) < /dev/null > "$STATE/console.log" 2>&1 &
   QEMU_PID=$!
   echo "QEMU_PID=$QEMU_PID" >> "$STATE/env"
+  if [ -n "$WATCH" ]; then
+    SELF=$(readlink -f "$0")
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done; "$3" down "$4"' \
+      watch "$WATCH" "$QEMU_PID" "$SELF" "$STATE" < /dev/null > /dev/null 2>&1 &
+  fi
   t0=$SECONDS
   while [ ! -e "$SHARE/ready" ]; do
     if ! kill -0 "$QEMU_PID" 2>/dev/null || [ $((SECONDS - t0)) -gt 240 ]; then
