@@ -104,14 +104,13 @@ type Channel struct {
 	closed    bool
 	err       error
 
-	tx    txState
-	rx    rxState
-	st    Stats
-	wcs   [8]Completion
-	wr    WorkRequest
-	ctrl  [ReqLen]byte
-	load  [AckLen]byte
-	inRun bool
+	tx   txState
+	rx   rxState
+	st   Stats
+	wcs  [8]Completion
+	wr   WorkRequest
+	ctrl [ReqLen]byte
+	load [AckLen]byte
 }
 
 type txState struct {
@@ -151,7 +150,6 @@ type rxState struct {
 	posted         int
 	q              fifo
 	creditInflight bool
-	credit         credit // last credit written
 	ackInflight    bool
 	ackPending     bool
 	ack            Ack
@@ -225,8 +223,14 @@ func New(t Transport, pool *Pool, cfg *Config) (*Channel, error) {
 	return ch, nil
 }
 
-// Endpoint returns what the peer's Connect needs.
+// Endpoint returns what the peer's Connect needs (the zero Endpoint once
+// closed).
 func (c *Channel) Endpoint() Endpoint {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.rx.ring == nil {
+		return Endpoint{}
+	}
 	return Endpoint{RingAddr: c.rx.ring.Addr(), RingRKey: c.rx.ring.RKey(),
 		MailboxAddr: c.mb.Addr(), MailboxRKey: c.mb.RKey()}
 }
@@ -796,8 +800,10 @@ func (c *Channel) consumed(slot int32) error {
 	return nil
 }
 
-// Close deregisters the channel's memory. The queue pair should be torn down
-// (or quiet) first.
+// Close deregisters the channel's memory and gives back the pool slots of
+// sends whose completions it can still poll. Destroy the queue pair (or let it
+// go quiet) first: its outstanding work requests then complete, flushed, and
+// their slots return to the pool.
 func (c *Channel) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -805,6 +811,17 @@ func (c *Channel) Close() error {
 		return nil
 	}
 	c.closed = true
+	for {
+		n, err := c.t.Poll(c.wcs[:])
+		for _, wc := range c.wcs[:n] {
+			if wc.Kind == CompSend && idKind(wc.ID) == idRing && idPhase(wc.ID) == 0 {
+				c.pool.put(idIndex(wc.ID))
+			}
+		}
+		if err != nil || n < len(c.wcs) {
+			break
+		}
+	}
 	return c.release()
 }
 
