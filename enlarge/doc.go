@@ -6,11 +6,21 @@
 // # Protocol
 //
 // Each end registers, at start, a receive ring of RingSlots × Ladder[0]
-// bytes (default 16 × 512 B) and a MailboxLen-byte mailbox, and nothing
-// larger; eager sends are staged in a Pool of registered slots shared by all
-// channels of a protection domain. A direction's state is small, requested or
-// large, and its phase is an index into the ladder (default 512 B → 8 KiB →
-// 128 KiB).
+// bytes (default 16 × 512 B) and a MailboxLen-byte (96 B) mailbox, and nothing
+// larger: 16 KiB of rings and two mailboxes per connection. A direction's
+// state is small, requested or large, and its phase is an index into the
+// ladder (default 512 B → 8 KiB → 128 KiB).
+//
+// The sender's side of the small phase has no per-connection buffers: eager
+// messages are staged in a Pool of registered slots shared by all channels of
+// a protection domain (as MPI libraries share registered send buffers), taken
+// per message and given back when the write completes. Per-connection small
+// send buffers would double the registered memory of an idle connection
+// (16 KiB of rings is what the receivers need). So when a direction is
+// promoted out of phase 0 the sender has nothing of its own to free; from
+// phase 1 on it owns a send buffer of the current step, and on each later
+// promotion it deregisters and frees the previous one (once the writes from
+// it have completed).
 //
 // Every message between the two ends is an RDMA WRITE_WITH_IMM: its
 // immediate data says what it is (data, piece, ENLARGE_REQ, ENLARGE_ACK,
@@ -47,8 +57,9 @@
 // Flow control: the receiver tells the sender how many messages of the
 // current phase it has consumed (ENLARGE_CREDIT, every quarter of the slots,
 // one update in flight); the sender never has more messages outstanding than
-// the peer's buffer has slots, and RecvDepth receives (slots plus spares for
-// the peer's ACK and CREDIT) stay posted.
+// the peer's buffer has slots, and a receive per slot plus spares for the
+// peer's ACK and CREDIT stays posted (Config.QueueDepths sizes the queue
+// pair).
 //
 // A message larger than the top step goes in top-step pieces, each a
 // WRITE_WITH_IMM into the same buffer, the receiver concatenating them. We
@@ -63,12 +74,25 @@
 // comparison.
 //
 // Control messages begin with the 4-byte Magic and a type byte;
-// DescribeControl names them for capture tools.
+// DescribeControl names them, and DescribePacket, registered with package
+// capture, makes xdproce dump print ENLARGE_REQ, ENLARGE_ACK and
+// ENLARGE_CREDIT with their fields. The golden captures
+// testdata/pcaps/enlarge-*.pcapng show an eager message, a 512 B → 8 KiB
+// promotion, a three-phase promotion and an ack whose tail never comes.
 //
 // # Use
 //
 // Send and Recv never block and return 0 bytes when they cannot proceed;
 // Write and Read (and their Context forms) block on top of them. A Channel is
-// built over a Transport: the few verbs it needs from one queue pair. Both
-// ends must use the same Config. Methods are safe for concurrent use.
+// built over a Transport, the few verbs it needs from one queue pair; Verbs
+// is the Transport over a roce queue pair (see the example). Both ends must
+// use the same Config. Methods are safe for concurrent use; a channel does
+// its protocol work (answering requests, returning credits and pool slots)
+// only inside its own calls, so call Progress on a channel that is otherwise
+// idle.
+//
+// Errors: ErrConfig (wrapped) for a bad configuration; ErrNotConnected,
+// ErrClosed; ErrContinuation when a partly sent message is not continued;
+// ErrShortBuffer from Read; ErrTransport (wrapped, sticky) when a work request
+// fails.
 package enlarge
