@@ -50,7 +50,8 @@ type guest struct {
 }
 
 var suite struct {
-	once   sync.Once
+	decide sync.Once // sets skip
+	once   sync.Once // boots or attaches
 	g      *guest
 	skip   string // why interop tests skip
 	err    error  // boot failure: interop tests fail with it
@@ -58,20 +59,42 @@ var suite struct {
 	tmp    string
 }
 
-// needGuest returns the guest, booting it on first use, or skips/fails t.
-func needGuest(t *testing.T) *guest {
+// suiteEnabled skips t unless the suite is to run here (root, and an image or a guest to use).
+func suiteEnabled(t *testing.T) {
 	t.Helper()
 	testenv.Privileged(t)
-	suite.once.Do(setupSuite)
+	suite.decide.Do(decideSuite)
 	if suite.skip != "" {
 		// Not testenv.Skipf: a cold cache is a reason to skip even under XDPROCE_REQUIRE_PRIV=1
 		// (CI runs this suite only when the image is cached).
 		t.Skip(suite.skip)
 	}
+}
+
+// needGuest returns the guest, booting it on first use, or skips/fails t.
+func needGuest(t *testing.T) *guest {
+	t.Helper()
+	suiteEnabled(t)
+	suite.once.Do(setupSuite)
 	if suite.err != nil {
 		t.Fatal(suite.err)
 	}
 	return suite.g
+}
+
+func imageCached() bool {
+	return fileExists(filepath.Join(cacheDir(), "vmlinuz")) && fileExists(filepath.Join(cacheDir(), "initrd.img"))
+}
+
+func decideSuite() {
+	en := os.Getenv(envEnable)
+	switch {
+	case os.Getenv(envState) != "":
+	case en == "0":
+		suite.skip = envEnable + "=0: interop suite turned off"
+	case !imageCached() && en != "1":
+		suite.skip = fmt.Sprintf("interop guest image not cached in %s: run `make interop` (builds it, ~4 min, then runs this suite), or set %s=1", cacheDir(), envEnable)
+	}
 }
 
 func setupSuite() {
@@ -80,17 +103,7 @@ func setupSuite() {
 		suite.g, suite.err = loadGuest(st)
 		return
 	}
-	en := os.Getenv(envEnable)
-	cached := fileExists(filepath.Join(cacheDir(), "vmlinuz")) && fileExists(filepath.Join(cacheDir(), "initrd.img"))
-	switch {
-	case en == "0":
-		suite.skip = envEnable + "=0: interop suite turned off"
-		return
-	case !cached && en != "1":
-		suite.skip = fmt.Sprintf("interop guest image not cached in %s: run `make interop` (builds it, ~4 min, then runs this suite), or set %s=1", cacheDir(), envEnable)
-		return
-	}
-	if !cached {
+	if !imageCached() {
 		cmd := exec.Command(filepath.Join(here, "build-image.sh"), cacheDir())
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
@@ -416,7 +429,15 @@ var matrix struct {
 
 // record adds t's row when t ends: pass, FAIL or skip (with the skip reason as the note).
 func record(t *testing.T, tool, op, role, link string, note *string) {
+	recordIf(t, false, tool, op, role, link, note)
+}
+
+// recordIf is record, adding the row only when t skipped if onlySkip is set.
+func recordIf(t *testing.T, onlySkip bool, tool, op, role, link string, note *string) {
 	t.Cleanup(func() {
+		if onlySkip && !t.Skipped() {
+			return
+		}
 		r := row{tool: tool, op: op, role: role, link: link, result: "pass"}
 		switch {
 		case t.Failed():
