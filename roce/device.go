@@ -466,6 +466,13 @@ func (d *Device) Close() error {
 			d.removeQP(e)
 			_ = e.q.Destroy()
 		}
+		// The Modify calls above rang doorbells that no engine will drain:
+		// drop the entries, or a closed Device still referenced by the
+		// application keeps every queue pair's memory.
+		d.readyMu.Lock()
+		clear(d.ready)
+		d.ready = nil
+		d.readyMu.Unlock()
 		var errs []error
 		if err := d.l.Close(); err != nil && !errors.Is(err, link.ErrClosed) {
 			errs = append(errs, fmt.Errorf("roce: close link: %w", err))
