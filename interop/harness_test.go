@@ -483,10 +483,11 @@ func writeMatrix() {
 		fmt.Fprintf(&b, "%-18s %-26s %-7s %-5s %-6s %s\n", r.tool, r.op, r.role, r.link, r.result, r.note)
 	}
 	fmt.Fprintf(&b, "%d pass, %d FAIL, %d skip\n", counts["pass"], counts["FAIL"], counts["skip"])
-	os.Stdout.WriteString("\n" + b.String())
 	if p := os.Getenv(envMatrix); p != "" {
 		os.WriteFile(p, []byte(b.String()), 0o644)
+		return
 	}
+	os.Stdout.WriteString("\n" + b.String())
 }
 
 // ctxFor is a context bounded by d, cancelled at the end of t.
