@@ -380,6 +380,10 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 			RNRRetry: opt.RNRRetry, MaxRdAtomic: opt.MaxRdAtomic},
 			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic},
 	}
+	if q.typ == qp.UC { // UC has no ACKs, retries or READ/atomic resources
+		steps[1].mask &^= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+		steps[2].mask &^= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
+	}
 	for _, s := range steps {
 		if err := q.Modify(&s.attr, s.mask); err != nil {
 			return fmt.Errorf("roce: connect qp %#x to %s: %w", q.e.qpn, s.name, err)
