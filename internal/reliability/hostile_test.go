@@ -308,7 +308,7 @@ func (vt *victim) setup(tb testing.TB) {
 	if err = vt.rc.Connect(ownPSN, roce.Endpoint{QPN: attackerRC, PSN: reqPSN, GID: gid}, &o); err != nil {
 		tb.Fatal(err)
 	}
-	if err = connectUC(vt.uc, vt.v, ownPSN, roce.Endpoint{QPN: attackerUC, PSN: reqPSN, GID: gid}); err != nil {
+	if err = vt.uc.Connect(ownPSN, roce.Endpoint{QPN: attackerUC, PSN: reqPSN, GID: gid}, &o); err != nil {
 		tb.Fatal(err)
 	}
 	if err = vt.ud.Activate(udQKey, ownPSN); err != nil {
@@ -346,31 +346,6 @@ func (vt *victim) setup(tb testing.TB) {
 		tb.Fatal(err)
 	}
 	waitCounter(tb, "victim transmits its own requests", func() uint64 { return vt.v.Stats().TxFrames }, before+5)
-}
-
-// connectUC takes a UC queue pair to RTS. (roce.QP.Connect passes the
-// RC-only attributes MIN_RNR_TIMER and MAX_DEST_RD_ATOMIC at RTR, which
-// roce/qp refuses for UC.)
-func connectUC(q *roce.QP, d *roce.Device, psn uint32, remote roce.Endpoint) error {
-	av, err := d.ResolveAV(remote.GID, netip.Addr{})
-	if err != nil {
-		return err
-	}
-	steps := []struct {
-		a roce.Attr
-		m roce.AttrMask
-	}{
-		{roce.Attr{State: qp.Init, Access: roce.LocalWrite | roce.RemoteWrite}, qp.AttrState | qp.AttrAccessFlags},
-		{roce.Attr{State: qp.RTR, PathMTU: d.PathMTU(), DestQPN: remote.QPN, RQPSN: remote.PSN, AV: av},
-			qp.AttrState | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrAV},
-		{roce.Attr{State: qp.RTS, SQPSN: psn}, qp.AttrState | qp.AttrSQPSN},
-	}
-	for _, s := range steps {
-		if err := q.Modify(&s.a, s.m); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // teardown resets the target queue pairs (outstanding work requests are
