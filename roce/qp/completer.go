@@ -198,14 +198,8 @@ func (q *QP) compCheckAck(k *compPkt) compState {
 			q.stats.inc(CtrSeqNAKsRecv)
 			k.retry = k.p.BTH.PSN
 			return compRetry
-		case wire.NAKInvalidRequest:
-			k.status = WCRemInvReqErr
-		case wire.NAKRemoteAccess:
-			k.status = WCRemAccessErr
-		case wire.NAKInvalidRDRequest:
-			k.status = WCRemInvRDReqErr
 		default:
-			k.status = WCRemOpErr
+			k.status = nakStatus(a.Syndrome)
 		}
 		k.w = q.wqeAt(k.p.BTH.PSN)
 		return compError

@@ -296,8 +296,8 @@ func (q *QP) retire() {
 		}
 		if w.status != WCSuccess || w.flags&Signaled != 0 {
 			wc := WC{ID: w.id, Status: w.status, Opcode: w.opcode.wcOpcode(), QPN: q.qpn}
-			if w.status == WCSuccess && w.opcode == WRRDMARead {
-				wc.ByteLen = uint32(w.length)
+			if w.status == WCSuccess {
+				wc.ByteLen = uint32(w.length) // as rxe reports it for every send WC
 			}
 			q.scq.push(&wc)
 		}

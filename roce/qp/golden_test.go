@@ -24,33 +24,47 @@ type capFrame struct {
 // such as the TCP exchange of the tools, are skipped).
 func readCapture(t *testing.T, name string) []capFrame {
 	t.Helper()
-	var f *os.File
-	var err error
 	for _, dir := range []string{"../../testdata/rxe", "/work/shared/pcaps/rxe"} {
-		if f, err = os.Open(filepath.Join(dir, name)); err == nil {
-			break
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err != nil {
+			continue
 		}
+		var out []capFrame
+		for _, data := range readCaptureFile(t, path) {
+			c := capFrame{data: data}
+			must(t, c.p.Decode(c.data))
+			out = append(out, c)
+		}
+		return out
 	}
+	t.Skipf("capture %s not found", name)
+	return nil
+}
+
+// readCaptureFile returns the frames of a pcap that decode as RoCEv2.
+func readCaptureFile(tb testing.TB, path string) [][]byte {
+	tb.Helper()
+	f, err := os.Open(path)
 	if err != nil {
-		t.Skipf("capture %s not found: %v", name, err)
+		tb.Fatal(err)
 	}
 	defer f.Close()
 	r, err := pcapgo.NewReader(f)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	var out []capFrame
+	var out [][]byte
+	var p wire.Packet
 	for {
 		data, _, err := r.ReadPacketData()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		c := capFrame{data: bytes.Clone(data)}
-		if c.p.Decode(c.data) == nil {
-			out = append(out, c)
+		if p.Decode(data) == nil {
+			out = append(out, bytes.Clone(data))
 		}
 	}
 	return out

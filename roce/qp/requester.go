@@ -272,7 +272,7 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 		if last {
 			p.ImmDt = w.imm
 			p.IETH = w.invRKey
-			p.BTH.SE = w.flags&Solicited != 0
+			p.BTH.SE = w.flags&Solicited != 0 && w.opcode != WRRDMAWrite // SEND and WRITE with immediate
 		}
 		hl := p.HeaderLen()
 		if hl+n+7 > len(buf) {

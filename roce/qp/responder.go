@@ -225,14 +225,31 @@ func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
 			q.stats.inc(CtrErrNAKsSent)
 			q.queueAck(k.syndrome, k.nakPSN)
 			q.e.finalNAK = true
-			if k.status != WCSuccess && q.resp.rqHead != q.rqPosted.Load() &&
-				(q.resp.seq == seqSend || k.status != WCRemInvReqErr) {
-				q.completeRecv(k.status, 0, nil)
+			// A receive WQE in use completes in error (class C).
+			if q.resp.rqHead != q.rqPosted.Load() && (q.resp.seq == seqSend || k.status != WCSuccess) {
+				st := k.status
+				if st == WCSuccess {
+					st = nakStatus(k.syndrome)
+				}
+				q.completeRecv(st, 0, nil)
 			}
 			q.fail()
 			return
 		}
 	}
+}
+
+// nakStatus is the work completion status a NAK syndrome means.
+func nakStatus(syndrome uint8) WCStatus {
+	switch syndrome {
+	case wire.NAKInvalidRequest:
+		return WCRemInvReqErr
+	case wire.NAKRemoteAccess:
+		return WCRemAccessErr
+	case wire.NAKInvalidRDRequest:
+		return WCRemInvRDReqErr
+	}
+	return WCRemOpErr
 }
 
 func (q *QP) queueAck(syndrome uint8, psn uint32) {
@@ -426,7 +443,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 		if last {
 			r.seq = seqNone
 			r.msn = (r.msn + 1) & wire.PSNMask
-			wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
+			wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: q.qpn}
 			if k.info.Headers&wire.HasImmDt != 0 {
 				wc.ImmData, wc.WithImm = p.ImmDt, true
 			}
@@ -456,7 +473,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 			if k.info.Headers&wire.HasImmDt != 0 {
 				rqe := &q.rq[r.rqHead&q.rqMask]
 				wc := WC{ID: rqe.id, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), ImmData: p.ImmDt,
-					WithImm: true, QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
+					WithImm: true, QPN: q.qpn}
 				q.pushRecv(&wc)
 			}
 		}

@@ -1,0 +1,168 @@
+package qp
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// victim is a responder QP (0x12, expecting PSN 0x100 from QP 0x11) fed with
+// hand-built packets.
+type victim struct {
+	e      *end
+	rw, ro *mr.MR // a REMOTE_WRITE|REMOTE_READ|ATOMIC region and a local-only one
+	recv   *mr.MR
+	now    int64
+}
+
+func newVictim(t *testing.T) *victim {
+	o := defaultOpts()
+	o.noConnect = true
+	p := newPair(t, o)
+	connect(t, p.b, p.a, o, 0x500, 0x100)
+	v := &victim{e: p.b}
+	v.rw, _ = p.b.reg(t, 8192, allAcc)
+	v.ro, _ = p.b.reg(t, 8192, mr.LocalWrite)
+	v.recv, _ = p.b.reg(t, 8192, mr.LocalWrite)
+	return v
+}
+
+func (v *victim) pkt(op wire.Opcode, psn uint32, payload int) *wire.Packet {
+	p := &wire.Packet{}
+	p.BTH = wire.BTH{Opcode: op, PKey: 0xFFFF, DestQPN: 0x12, PSN: psn, AckReq: true}
+	p.Payload = make([]byte, payload)
+	for i := range p.Payload {
+		p.Payload[i] = 0xAB
+	}
+	return p
+}
+
+// feed delivers p and returns the decoded frames the victim sent.
+func (v *victim) feed(t *testing.T, p *wire.Packet) []wire.Packet {
+	t.Helper()
+	v.now += 1000
+	v.e.q.Receive(p, v.now, v.e.out)
+	v.e.q.Progress(v.now, v.e.out)
+	var out []wire.Packet
+	for _, f := range v.e.out.committed {
+		var d wire.Packet
+		must(t, d.Decode(f))
+		out = append(out, d)
+	}
+	v.e.out.committed = v.e.out.committed[:0]
+	v.e.out.free = len(v.e.out.pool)
+	return out
+}
+
+func expectOne(t *testing.T, what string, got []wire.Packet, syndrome uint8, psn uint32) {
+	t.Helper()
+	if len(got) != 1 || got[0].BTH.Opcode != wire.RCAck || got[0].AETH.Syndrome != syndrome || got[0].BTH.PSN != psn {
+		t.Fatalf("%s: sent %v, want one ACK syndrome %#x PSN %#x", what, summary(got), syndrome, psn)
+	}
+}
+
+func summary(ps []wire.Packet) []string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.BTH.Opcode.String()+" "+p.AETH.String())
+	}
+	return s
+}
+
+func TestCraftedSequenceErrors(t *testing.T) {
+	t.Run("psn ahead: one NAK, then silence", func(t *testing.T) {
+		v := newVictim(t)
+		must(t, v.e.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+		expectOne(t, "ahead", v.feed(t, v.pkt(wire.RCSendOnly, 0x105, 10)), wire.NAKPSNSeqErr, 0x100)
+		if got := v.feed(t, v.pkt(wire.RCSendOnly, 0x106, 10)); len(got) != 0 {
+			t.Fatalf("second out-of-order packet answered: %v", summary(got))
+		}
+		expectOne(t, "expected", v.feed(t, v.pkt(wire.RCSendOnly, 0x100, 10)), 0x1F, 0x100)
+		// A duplicate with AckReq is acknowledged again (at the last PSN done).
+		expectOne(t, "duplicate", v.feed(t, v.pkt(wire.RCSendOnly, 0x100, 10)), 0x1F, 0x100)
+		if v.e.q.State() != RTS {
+			t.Fatalf("state %v", v.e.q.State())
+		}
+	})
+	t.Run("missing last: class C, receive WQE in error", func(t *testing.T) {
+		v := newVictim(t)
+		must(t, v.e.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+		must(t, v.e.q.PostRecv(&RecvWR{ID: 2, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+		first := v.pkt(wire.RCSendFirst, 0x100, 1024)
+		first.BTH.AckReq = false
+		if got := v.feed(t, first); len(got) != 0 {
+			t.Fatalf("FIRST answered: %v", summary(got))
+		}
+		expectOne(t, "SEND_ONLY inside a SEND", v.feed(t, v.pkt(wire.RCSendOnly, 0x101, 10)), wire.NAKInvalidRequest, 0x101)
+		wcs := make([]WC, 4)
+		n, _ := v.e.cq.Poll(wcs)
+		if n != 2 || wcs[0].ID != 1 || wcs[0].Status != WCRemInvReqErr || wcs[1].Status != WCWRFlushErr {
+			t.Fatalf("receive WCs %+v", wcs[:n])
+		}
+		if v.e.q.State() != Error {
+			t.Fatalf("state %v", v.e.q.State())
+		}
+		if got := v.feed(t, v.pkt(wire.RCSendOnly, 0x102, 10)); len(got) != 0 {
+			t.Fatalf("QP in Error answered: %v", summary(got))
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		build func(v *victim) *wire.Packet
+		nak   uint8
+	}{
+		{"middle without first", func(v *victim) *wire.Packet { return v.pkt(wire.RCSendMiddle, 0x100, 1024) }, wire.NAKInvalidRequest},
+		{"first shorter than the MTU", func(v *victim) *wire.Packet { return v.pkt(wire.RCSendFirst, 0x100, 512) }, wire.NAKInvalidRequest},
+		{"write only longer than its RETH", func(v *victim) *wire.Packet {
+			p := v.pkt(wire.RCWriteOnly, 0x100, 100)
+			p.RETH = wire.RETH{VA: v.rw.Addr(), RKey: v.rw.RKey(), DMALen: 50}
+			return p
+		}, wire.NAKInvalidRequest},
+		{"write into a local-only region", func(v *victim) *wire.Packet {
+			p := v.pkt(wire.RCWriteOnly, 0x100, 100)
+			p.RETH = wire.RETH{VA: v.ro.Addr(), RKey: v.ro.RKey(), DMALen: 100}
+			return p
+		}, wire.NAKRemoteAccess},
+		{"write past the end", func(v *victim) *wire.Packet {
+			p := v.pkt(wire.RCWriteFirst, 0x100, 1024)
+			p.RETH = wire.RETH{VA: v.rw.Addr() + 4096, RKey: v.rw.RKey(), DMALen: 8192}
+			return p
+		}, wire.NAKRemoteAccess},
+		{"misaligned atomic", func(v *victim) *wire.Packet {
+			p := v.pkt(wire.RCFetchAdd, 0x100, 0)
+			p.Atomic = wire.AtomicETH{VA: v.rw.Addr() + 4, RKey: v.rw.RKey(), SwapAdd: 1}
+			return p
+		}, wire.NAKInvalidRequest},
+		{"read past the end", func(v *victim) *wire.Packet {
+			p := v.pkt(wire.RCReadRequest, 0x100, 0)
+			p.RETH = wire.RETH{VA: v.rw.Addr() + 8000, RKey: v.rw.RKey(), DMALen: 200}
+			return p
+		}, wire.NAKRemoteAccess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newVictim(t)
+			must(t, v.e.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+			before := [][]byte{bytes.Clone(v.rw.Bytes()), bytes.Clone(v.ro.Bytes())}
+			expectOne(t, tc.name, v.feed(t, tc.build(v)), tc.nak, 0x100)
+			if !bytes.Equal(before[0], v.rw.Bytes()) || !bytes.Equal(before[1], v.ro.Bytes()) {
+				t.Fatal("memory changed")
+			}
+			if v.e.q.State() != Error {
+				t.Fatalf("state %v, want ERR", v.e.q.State())
+			}
+		})
+	}
+	t.Run("foreign transport dropped", func(t *testing.T) {
+		v := newVictim(t)
+		for _, op := range []wire.Opcode{wire.UCSendOnly, wire.UDSendOnly, wire.CNP, 0x1F} {
+			if got := v.feed(t, v.pkt(op, 0x100, 0)); len(got) != 0 {
+				t.Fatalf("%v answered: %v", op, summary(got))
+			}
+		}
+		if v.e.q.State() != RTS || v.e.q.Stats().Get(CtrDropped) != 4 {
+			t.Fatalf("state %v, dropped %d", v.e.q.State(), v.e.q.Stats().Get(CtrDropped))
+		}
+	})
+}
