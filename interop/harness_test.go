@@ -476,11 +476,11 @@ func writeMatrix() {
 	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "interop matrix (xdproce against Linux rxe; role = xdproce's role)\n")
-	fmt.Fprintf(&b, "%-18s %-26s %-7s %-5s %-6s %s\n", "TOOL", "OPERATION", "ROLE", "LINK", "RESULT", "NOTE")
+	fmt.Fprintf(&b, "%-16s %-32s %-7s %-5s %-6s %s\n", "TOOL", "OPERATION", "ROLE", "LINK", "RESULT", "NOTE")
 	counts := map[string]int{}
 	for _, r := range rows {
 		counts[r.result]++
-		fmt.Fprintf(&b, "%-18s %-26s %-7s %-5s %-6s %s\n", r.tool, r.op, r.role, r.link, r.result, r.note)
+		fmt.Fprintf(&b, "%-16s %-32s %-7s %-5s %-6s %s\n", r.tool, r.op, r.role, r.link, r.result, r.note)
 	}
 	fmt.Fprintf(&b, "%d pass, %d FAIL, %d skip\n", counts["pass"], counts["FAIL"], counts["skip"])
 	if p := os.Getenv(envMatrix); p != "" {
