@@ -469,4 +469,3 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 		}
 	}
 }
-
