@@ -19,6 +19,8 @@ type completer struct {
 	rnrRetries uint8  // rnr_retry left (7: infinite)
 	gapPSN     uint32 // a retry for a lost response was started at this PSN
 	gapSet     bool
+	nakPSN     uint32 // the last PSN sequence error NAK acted on
+	nakSet     bool
 }
 
 // compState is a stage of the completer.
@@ -92,7 +94,6 @@ func (q *QP) complete(p *wire.Packet, info *wire.OpInfo) {
 		case compActProgress:
 			q.comp.progress(q)
 		case compActRewind:
-			q.stats.inc(CtrRetransmits)
 			q.rewind(k.retry)
 		case compActFail:
 			if k.w != nil {
@@ -196,6 +197,14 @@ func (q *QP) compCheckAck(k *compPkt) compState {
 		switch a.Syndrome {
 		case wire.NAKPSNSeqErr:
 			q.stats.inc(CtrSeqNAKsRecv)
+			c := &q.comp
+			if c.nakSet && c.nakPSN == k.p.BTH.PSN && !k.progressed {
+				// The responder NAKs a gap once; the same NAK again is a
+				// duplicate or stale copy: resending again would only waste.
+				q.stats.inc(CtrDropped)
+				return compDone
+			}
+			c.nakSet, c.nakPSN = true, k.p.BTH.PSN
 			k.retry = k.p.BTH.PSN
 			return compRetry
 		default:
@@ -365,6 +374,7 @@ func (q *QP) compRNR(k *compPkt) (compState, compAction) {
 // restarts (or stops when nothing is outstanding).
 func (c *completer) progress(q *QP) {
 	c.retries = q.e.attr.RetryCnt
+	c.nakSet = false
 	if q.req.rnrUntil == 0 {
 		c.rnrRetries = q.e.attr.RNRRetry
 	}

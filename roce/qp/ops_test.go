@@ -164,7 +164,7 @@ func TestInlineAndUnsignaled(t *testing.T) {
 	if string(bbuf[128:133]) != "OVERW" {
 		t.Fatalf("second send = %q", bbuf[128:133])
 	}
-	if err := p.a.q.PostSend(&SendWR{ID: 12, Opcode: WRSend, Flags: Inline, SGL: []mr.SGE{sge(am, 0, 64), sge(am, 0, 64), sge(am, 0, 64), sge(am, 0, 64), sge(am, 0, 64)}}); err == nil {
+	if err := p.a.q.PostSend(&SendWR{ID: 12, Opcode: WRSend, Flags: Inline, SGL: []mr.SGE{sge(am, 0, 64), sge(am, 0, 1)}}); err == nil {
 		t.Fatal("inline post over MaxInline accepted")
 	}
 }

@@ -15,7 +15,7 @@ import (
 const (
 	DefaultMaxWR      = 256  // MaxSendWR, MaxRecvWR when 0
 	DefaultMaxSGE     = 4    // MaxSGE when 0
-	DefaultMaxInline  = 256  // MaxInline when 0 (-1 disables inline data)
+	DefaultMaxInline  = 64   // MaxInline when 0 (-1 disables inline data)
 	DefaultSendWindow = 1024 // SendWindow when 0
 	MaxWR             = 1 << 15
 	MaxSGELimit       = 32
@@ -170,7 +170,14 @@ func New(cfg Config) (*QP, error) {
 	if cfg.MaxInline > 0 {
 		inline = make([]byte, ns*cfg.MaxInline)
 	}
+	var avs []AddressVector
+	if cfg.Type == UD {
+		avs = make([]AddressVector, ns)
+	}
 	for i := range q.sq {
+		if avs != nil {
+			q.sq[i].av = &avs[i]
+		}
 		q.sq[i].sglBuf = sges[i*cfg.MaxSGE : (i+1)*cfg.MaxSGE : (i+1)*cfg.MaxSGE]
 		if inline != nil {
 			q.sq[i].inlineBuf = inline[i*cfg.MaxInline : (i+1)*cfg.MaxInline : (i+1)*cfg.MaxInline]

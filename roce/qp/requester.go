@@ -228,7 +228,7 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 		if sport == 0 {
 			sport = wire.UDSourcePort(q.qpn)
 		}
-		setAddr(p, &w.av, sport)
+		setAddr(p, w.av, sport)
 		p.BTH.DestQPN = w.remoteQPN
 		qkey := w.remoteQKey
 		if qkey&0x80000000 != 0 {

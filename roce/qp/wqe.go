@@ -19,7 +19,7 @@ type sendWQE struct {
 	compareAdd uint64
 	swap       uint64
 	invRKey    uint32
-	av         AddressVector // UD
+	av         *AddressVector // UD: a slot of its own, allocated for UD QPs only
 	remoteQPN  uint32        // UD
 	remoteQKey uint32        // UD
 	sgl        []mr.SGE      // aliases sglBuf
@@ -43,10 +43,8 @@ func (w *sendWQE) fill(q *QP, wr *SendWR) error {
 	w.id, w.opcode, w.flags, w.imm = wr.ID, wr.Opcode, wr.Flags, wr.Imm
 	w.remoteAddr, w.rkey, w.compareAdd, w.swap, w.invRKey = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap, wr.InvRKey
 	w.remoteQPN, w.remoteQKey = wr.RemoteQPN, wr.RemoteQKey
-	if wr.AH != nil {
-		w.av = *wr.AH
-	} else {
-		w.av = AddressVector{}
+	if w.av != nil && wr.AH != nil {
+		*w.av = *wr.AH
 	}
 	w.sgl = w.sglBuf[:copy(w.sglBuf, wr.SGL)]
 	w.length = 0
