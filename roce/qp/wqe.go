@@ -20,10 +20,10 @@ type sendWQE struct {
 	swap       uint64
 	invRKey    uint32
 	av         *AddressVector // UD: a slot of its own, allocated for UD QPs only
-	remoteQPN  uint32        // UD
-	remoteQKey uint32        // UD
-	sgl        []mr.SGE      // aliases sglBuf
-	inline     []byte        // aliases inlineBuf when Inline
+	remoteQPN  uint32         // UD
+	remoteQKey uint32         // UD
+	sgl        []mr.SGE       // aliases sglBuf
+	inline     []byte         // aliases inlineBuf when Inline
 	length     uint64
 
 	sglBuf    []mr.SGE
