@@ -173,6 +173,9 @@ func (s *side) finish(t *testing.T) string {
 	st := s.dev.Stats()
 	s.close()
 	note := fmt.Sprintf("%s, retransmissions %d", s.dev.LinkName(), st.Retransmits)
+	if st.ICRCIDRepaired > 0 {
+		note += fmt.Sprintf(", %d received ICRCs matched only with another IPv4 ID", st.ICRCIDRepaired)
+	}
 	if st.DropBadICRC > 0 {
 		t.Errorf("xdproce dropped %d received frames for a bad ICRC", st.DropBadICRC)
 	}
@@ -183,7 +186,17 @@ func (s *side) finish(t *testing.T) string {
 	out, err := exec.Command(bin, "dump", "--verify", s.capture).CombinedOutput()
 	if err != nil {
 		t.Errorf("xdproce dump --verify %s: %v\n%s", s.capture, err, lastLines(string(out), 20))
-		return note + ", capture FAILED dump --verify"
+		in, outb := 0, 0
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, "icrc BAD") {
+				if strings.Contains(l, " in ") {
+					in++
+				} else {
+					outb++
+				}
+			}
+		}
+		return note + fmt.Sprintf(", capture FAILED dump --verify (bad ICRC: %d received, %d sent frames)", in, outb)
 	}
 	return note + ", capture verified"
 }
