@@ -6,7 +6,7 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-// The completer handles what comes back to a requester (IBA 9.7.5.1;
+// The completer handles what comes back to a requester (IBA 9.7;
 // rxe_comp.c): ACKs, NAKs, READ responses and atomic ACKs. It completes send
 // WQEs, rewinds the requester for go-back-N, runs the local ACK timer and the
 // RNR wait, and turns NAKs into error completions.
@@ -28,7 +28,7 @@ type compState uint8
 
 const (
 	compCheckPSN compState = iota // is the packet about something outstanding?
-	compImplicit                  // acknowledge everything before it (IBA 9.7.5.1.1)
+	compImplicit                  // acknowledge everything before it
 	compCheckAck                  // classify: ACK, RNR NAK, NAK, READ response, atomic ACK
 	compAck                       // ACK: complete SEND/WRITE WQEs up to its PSN
 	compRead                      // place READ response data
@@ -260,7 +260,7 @@ func (q *QP) compAck(k *compPkt) (compState, compAction) {
 	return compDone, compActProgress
 }
 
-// compRead places one READ response (IBA 9.7.5.1.4): it must be the next one
+// compRead places one READ response (IBA 9.7): it must be the next one
 // the oldest READ WQE expects; one past it means responses were lost.
 func (q *QP) compRead(k *compPkt) (compState, compAction) {
 	w := q.oldest()
@@ -281,7 +281,7 @@ func (q *QP) compRead(k *compPkt) (compState, compAction) {
 	n := uint64(len(k.p.Payload))
 	last := k.info.Pos == wire.PosLast || k.info.Pos == wire.PosOnly
 	if (!last && n != pmtu) || (last && off+n != w.length) || off+n > w.length {
-		k.w, k.status = w, WCBadRespErr // IBA 9.7.5.1.4: a response of the wrong length
+		k.w, k.status = w, WCBadRespErr // a response of the wrong length
 		return compError, compActNone
 	}
 	if st := q.sglCopy(w.sgl, off, k.p.Payload, true); st != WCSuccess {
@@ -335,7 +335,7 @@ func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
 
 // compRetry resends from k.retry. A PSN sequence error NAK that acknowledged
 // nothing new spends one retry, as a timeout does (the transport retry
-// counter of IBA 9.7.5), so a peer that keeps NAKing the same PSN ends in
+// counter of IBA 9.7), so a peer that keeps NAKing the same PSN ends in
 // RETRY_EXC_ERR instead of a livelock.
 func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 	c := &q.comp
@@ -350,7 +350,7 @@ func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 }
 
 // compRNR waits the RNR timer of the NAK, then resends from its PSN
-// (IBA 9.7.5.2.8); rnr_retry 7 retries forever.
+// (IBA 9.7); rnr_retry 7 retries forever.
 func (q *QP) compRNR(k *compPkt) (compState, compAction) {
 	c := &q.comp
 	q.stats.inc(CtrRNRNAKsRecv)
@@ -395,7 +395,7 @@ func (q *QP) outstanding() bool {
 	return q.req.sent && wire.PSNBefore(q.comp.ackPSN, q.req.maxPSN)
 }
 
-// timers fires the local ACK timer (IBA 9.7.6.1.3): resend from the oldest
+// timers fires the local ACK timer (IBA 9.7): resend from the oldest
 // unacknowledged PSN while retry_cnt lasts, then RETRY_EXC_ERR.
 func (q *QP) timers() {
 	c := &q.comp

@@ -243,7 +243,7 @@ func (q *QP) emit(out Output, buf []byte, n int) {
 	out.TxCommit(buf[:fl])
 }
 
-// fail moves the QP to Error from the engine (IBA 10.3.1: a QP enters Error
+// fail moves the QP to Error from the engine (IBA 10.3: a QP enters Error
 // on errors that prevent it from going on).
 func (q *QP) fail() {
 	q.mu.Lock()
@@ -262,7 +262,7 @@ func (q *QP) enterError() {
 	q.flush()
 }
 
-// flush completes every outstanding WQE (IBA 10.3.1 Error state: work
+// flush completes every outstanding WQE (IBA 10.3, Error state: work
 // requests complete with flush errors).
 func (q *QP) flush() {
 	posted := q.sqPosted.Load()
@@ -342,7 +342,7 @@ func (q *QP) deadline() int64 {
 	return d
 }
 
-// timeoutNs is the local ACK timeout, 4.096 µs × 2^t (IBA 9.7.6.1.3); 0 when
+// timeoutNs is the local ACK timeout, 4.096 µs × 2^t (IBA 9.7); 0 when
 // t == 0 (infinite).
 func timeoutNs(t uint8) int64 {
 	if t == 0 {
@@ -351,7 +351,7 @@ func timeoutNs(t uint8) int64 {
 	return 4096 << t
 }
 
-// rnrTimerNs is the RNR NAK timer of code t (IBA table 45), in ns.
+// rnrTimerNs is the RNR NAK timer of code t (IBA 9.7, the AETH RNR timer encoding), in ns.
 var rnrTimerNs = [32]int64{
 	655360000, 10000, 20000, 30000, 40000, 60000, 80000, 120000,
 	160000, 240000, 320000, 480000, 640000, 960000, 1280000, 1920000,

@@ -311,7 +311,7 @@ func TestModifyChecks(t *testing.T) {
 		t.Errorf("RTS to INIT: %v, want ErrState", err)
 	}
 	must(t, q.Modify(&Attr{Timeout: 3}, AttrTimeout)) // RTS→RTS
-	if _, a := q.Query(); a.Timeout != 3 || a.DestQPN != 0x12 {
+	if s, a := q.Query(); s != RTS || a.State != RTS || a.Timeout != 3 || a.DestQPN != 0x12 {
 		t.Errorf("Query after RTS→RTS: timeout %d, dest QPN %#x", a.Timeout, a.DestQPN)
 	}
 	must(t, q.Modify(&Attr{State: Error}, AttrState))

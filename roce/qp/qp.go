@@ -392,9 +392,10 @@ func (q *QP) modifyLocked(a *Attr, mask AttrMask) error {
 	}
 	applyAttr(&q.attr, a, given)
 	q.state = next
+	q.attr.State = next
 	switch next {
 	case Reset:
-		q.attr = Attr{}
+		q.attr = Attr{State: Reset}
 		q.ctl.reset = true
 		q.ctl.toError = false
 		q.ctl.sqMark, q.ctl.rqMark = q.sqPost, q.rqPost
@@ -445,7 +446,6 @@ func applyAttr(dst, a *Attr, m AttrMask) {
 	if m&AttrDestQPN != 0 {
 		dst.DestQPN = a.DestQPN
 	}
-	dst.State = a.State
 }
 
 // PostSend queues a send work request; the QP copies it (and, with Inline,

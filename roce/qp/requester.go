@@ -5,7 +5,7 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-// The requester turns send WQEs into request packets (IBA 9.7.1; rxe_req.c):
+// The requester turns send WQEs into request packets (IBA 9.7; rxe_req.c):
 // it splits messages by the path MTU into FIRST/MIDDLE/LAST or ONLY packets,
 // keeps the send window and the READ/atomic limit, and resends from a PSN
 // when the completer rewinds it (go-back-N).
@@ -122,7 +122,7 @@ func (q *QP) reqStartWQE() (reqState, WCStatus) {
 	r, w := &q.req, q.req.w
 	if q.typ == RC {
 		if w.flags&Fence != 0 && r.rdAtomic > 0 {
-			return reqWait, 0 // IBA 10.8.3.3: fenced until earlier READ/atomic complete
+			return reqWait, 0 // fenced until earlier READ/atomic WRs complete
 		}
 		if w.opcode.isReadOrAtomic() && r.rdAtomic >= int(q.e.attr.MaxRdAtomic) {
 			return reqWait, 0
@@ -319,7 +319,7 @@ func (q *QP) reqAdvance() {
 			r.idx++
 			r.off = 0
 			if q.typ != RC {
-				w.done = true // UC/UD: complete once sent (IBA 9.8.4 / 9.8.5: no ACK)
+				w.done = true // UC/UD: complete once sent (IBA 9.8: no ACK)
 			}
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-// The responder executes incoming requests (IBA 9.7.4 / 9.7.5.2; rxe_resp.c):
+// The responder executes incoming requests (IBA 9.7; rxe_resp.c):
 // a validation pipeline (PSN, opcode sequence, operation allowed, resources,
 // lengths, rkey), then execution, completion and acknowledgement. Errors map
 // to the responder classes of IBA 9.9.3: class B (PSN sequence error: NAK,
@@ -37,7 +37,7 @@ const (
 )
 
 // A resource is a READ or atomic request the responder answered: kept for
-// replaying duplicates (IBA 9.7.5.2.5: READ responses are regenerated,
+// replaying duplicates (IBA 9.7: READ responses are regenerated,
 // atomic results replayed, never re-executed) and as the transmit state of
 // its responses.
 type resource struct {
@@ -263,7 +263,7 @@ func (q *QP) respCheckPSN(k *respPkt) respState {
 	psn := k.p.BTH.PSN
 	d := wire.PSNDiff(psn, r.epsn)
 	if q.typ == UC {
-		if d != 0 { // UC: a gap loses the message under way (IBA 9.8.3)
+		if d != 0 { // UC: a gap loses the message under way (IBA 9.8)
 			r.seq, r.recvOff = seqNone, 0
 			r.epsn = psn
 		}
@@ -551,7 +551,7 @@ func (q *QP) respAcknowledge(k *respPkt) (respState, respAction) {
 	return respDone, respActNone
 }
 
-// respDuplicate answers a request already executed (IBA 9.7.5.2.5): SEND and
+// respDuplicate answers a request already executed (IBA 9.7): SEND and
 // WRITE are acknowledged again, READ responses regenerated from memory,
 // atomic results replayed from the resource cache, never re-executed.
 func (q *QP) respDuplicate(k *respPkt) (respState, respAction) {
@@ -604,7 +604,7 @@ func (q *QP) respUD(k *respPkt) respState {
 	r := &q.resp
 	p := k.p
 	if k.info.Kind != wire.KindSend || p.DETH.QKey != q.e.attr.QKey {
-		return respDrop // Q_Key violation: silently dropped (IBA 10.2.4)
+		return respDrop // Q_Key violation: silently dropped (IBA 9.6)
 	}
 	if r.rqHead == q.rqPosted.Load() {
 		return respDrop // UD has no RNR: the datagram is lost

@@ -22,7 +22,7 @@ var typeNames = [...]string{"Type(0)", "RC", "UC", "UD"}
 
 func (t Type) String() string { return enumName(typeNames[:], int(t), "Type") }
 
-// State is the state of a queue pair (IBA 10.3.1). The zero value is invalid.
+// State is the state of a queue pair (IBA 10.3). The zero value is invalid.
 type State uint8
 
 // Queue pair states.
