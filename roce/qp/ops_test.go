@@ -76,7 +76,7 @@ func TestEveryOperationEveryMTU(t *testing.T) {
 					}
 					if recv {
 						wb := p.poll(p.b, 1)
-						want := WC{ID: id + 1000, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(n), QPN: 0x12}
+						want := WC{ID: id + 1000, Status: WCSuccess, Opcode: WCRecv, ByteLen: uint32(n), QPN: 0x12, SrcQPN: 0x11}
 						switch op {
 						case WRSendImm:
 							want.ImmData, want.WithImm = wr.Imm, true

@@ -20,7 +20,7 @@ func TestSendRecvBasic(t *testing.T) {
 	if d := cmp.Diff([]WC{{ID: 9, Status: WCSuccess, Opcode: WCSend, ByteLen: 100, QPN: 0x11}}, wa); d != "" {
 		t.Errorf("send WC (-want +got):\n%s", d)
 	}
-	if d := cmp.Diff([]WC{{ID: 7, Status: WCSuccess, Opcode: WCRecv, ByteLen: 100, QPN: 0x12}}, wb); d != "" {
+	if d := cmp.Diff([]WC{{ID: 7, Status: WCSuccess, Opcode: WCRecv, ByteLen: 100, QPN: 0x12, SrcQPN: 0x11}}, wb); d != "" {
 		t.Errorf("recv WC (-want +got):\n%s", d)
 	}
 	if !bytes.Equal(db[:100], sb) {

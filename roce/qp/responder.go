@@ -443,7 +443,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 		if last {
 			r.seq = seqNone
 			r.msn = (r.msn + 1) & wire.PSNMask
-			wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: q.qpn}
+			wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(r.recvOff), QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
 			if k.info.Headers&wire.HasImmDt != 0 {
 				wc.ImmData, wc.WithImm = p.ImmDt, true
 			}
@@ -473,7 +473,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 			if k.info.Headers&wire.HasImmDt != 0 {
 				rqe := &q.rq[r.rqHead&q.rqMask]
 				wc := WC{ID: rqe.id, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), ImmData: p.ImmDt,
-					WithImm: true, QPN: q.qpn}
+					WithImm: true, QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
 				q.pushRecv(&wc)
 			}
 		}

@@ -76,7 +76,7 @@ type WC struct {
 	WithInv bool     // IBV_WC_WITH_INV
 	GRH     bool     // IBV_WC_GRH: the buffer starts with a GRH area (UD)
 	QPN     uint32   // the local queue pair
-	SrcQPN  uint32   // the remote queue pair (UD receive WCs)
+	SrcQPN  uint32   // the remote queue pair of a receive WC (UD: from the DETH; RC/UC: the connected QP, as mlx5 reports it)
 }
 
 // ErrCQOverflow reports that a completion queue was full when a completion
