@@ -1,0 +1,281 @@
+package xfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/qp"
+)
+
+// Result describes a finished transfer.
+type Result struct {
+	Name    string        `json:"name"`
+	Size    int64         `json:"size"`
+	SHA256  string        `json:"sha256"`
+	Elapsed time.Duration `json:"-"`
+	Seconds float64       `json:"seconds"`
+	Gbps    float64       `json:"gbps"`
+	Link    string        `json:"link"`      // this side's link
+	Peer    string        `json:"peer_link"` // the peer's link
+	PathMTU int           `json:"path_mtu"`
+	Op      string        `json:"op"` // "RDMA WRITE" or "RDMA READ"
+}
+
+func (r *Result) finish(start time.Time) {
+	r.Elapsed = time.Since(start)
+	r.Seconds = r.Elapsed.Seconds()
+	if r.Seconds > 0 {
+		r.Gbps = float64(r.Size) * 8 / r.Seconds / 1e9
+	}
+}
+
+// ValidName reports whether name may name a file on the server: a plain
+// file name, no directories, not "." or "..", not hidden.
+func ValidName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty file name")
+	case len(name) > 255:
+		return errors.New("file name longer than 255 bytes")
+	case name != filepath.Base(name) || filepath.IsAbs(name) || name == "." || name == "..":
+		return fmt.Errorf("file name %q: want a plain name without directories", name)
+	case name[0] == '.':
+		return fmt.Errorf("file name %q: hidden names are refused", name)
+	}
+	for _, c := range name {
+		if c == '/' || c == 0 || c == '\\' {
+			return fmt.Errorf("file name %q: want a plain name without directories", name)
+		}
+	}
+	return nil
+}
+
+// Send stores size bytes read from r on the server at the other end of conn
+// under name, by RDMA WRITE from dev. It returns when the server has verified
+// the SHA-256 and renamed the file into place. conn is closed on return.
+func Send(ctx context.Context, dev *roce.Device, conn net.Conn, r io.Reader, size int64, name string, opts *Options) (res Result, err error) {
+	o := opts.withDefaults()
+	if err := ValidName(name); err != nil {
+		conn.Close()
+		return res, err
+	}
+	c := newCtrl(conn)
+	defer c.close()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
+	q, err := newQPConn(dev, slotSize, slots, mr.LocalWrite, conn.LocalAddr())
+	if err != nil {
+		return res, err
+	}
+	defer q.close()
+	req := &message{Type: msgPut, Version: ProtocolVersion, Name: name, Size: size, SlotSize: slotSize, Slots: slots}
+	q.endpoint(req)
+	if err := c.send(req); err != nil {
+		return res, err
+	}
+	var acc message
+	if err := c.expect(&acc, msgAccept); err != nil {
+		return res, ctxErr(ctx, err)
+	}
+	if acc.SlotSize <= 0 || acc.Slots <= 0 || acc.SlotSize > slotSize || acc.Slots > slots {
+		return res, fmt.Errorf("server offered %d slots of %d bytes (asked for %d of %d)", acc.Slots, acc.SlotSize, slots, slotSize)
+	}
+	q.slotSize, q.slots = acc.SlotSize, acc.Slots
+	if err := q.connect(&acc, o.Connect); err != nil {
+		return res, err
+	}
+	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA WRITE",
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
+	start := time.Now()
+
+	// The reader returns freed slots and the final verdict.
+	free := make(chan int, q.slots)
+	final := make(chan message, 1)
+	go func() {
+		for {
+			var m message
+			if err := c.recv(&m); err != nil {
+				cancel(err)
+				return
+			}
+			switch m.Type {
+			case msgFree:
+				if m.Slot < 0 || m.Slot >= q.slots {
+					cancel(fmt.Errorf("control connection: free of slot %d (of %d)", m.Slot, q.slots))
+					return
+				}
+				free <- m.Slot
+			case msgOK, msgError:
+				final <- m
+				return
+			default:
+				cancel(fmt.Errorf("control connection: unexpected %q during the transfer", m.Type))
+				return
+			}
+		}
+	}()
+	for i := range q.slots {
+		free <- i
+	}
+
+	h := sha256.New()
+	type pending struct {
+		slot int
+		off  int64
+		n    int
+	}
+	inflight := make([]pending, 0, q.slots)
+	wcs := make([]roce.WC, 1)
+	// complete takes the oldest write's completion (waiting for it when
+	// block) and tells the server about it; false when none was ready.
+	complete := func(block bool) (bool, error) {
+		var wc roce.WC
+		if block {
+			var err error
+			if wc, err = q.wait(ctx, wcs); err != nil {
+				return false, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))
+			}
+		} else {
+			n, err := q.cq.Poll(wcs[:1])
+			if err != nil {
+				return false, fmt.Errorf("completion queue: %w", err)
+			}
+			if n == 0 {
+				return false, nil
+			}
+			if wc = wcs[0]; wc.Status != qp.WCSuccess {
+				return false, ctxErr(ctx, fmt.Errorf("write to peer: rdma %v failed: %v", wc.Opcode, wc.Status))
+			}
+		}
+		p := inflight[0]
+		if wc.ID != uint64(p.slot) {
+			return false, fmt.Errorf("completion for slot %d, want %d", wc.ID, p.slot)
+		}
+		inflight = inflight[1:]
+		if err := c.send(&message{Type: msgData, Slot: p.slot, Off: p.off, Len: p.n}); err != nil {
+			return false, ctxErr(ctx, err)
+		}
+		if o.Progress != nil {
+			o.Progress(p.off+int64(p.n), size)
+		}
+		return true, nil
+	}
+	var off int64
+	for off < size {
+		for len(inflight) > 0 {
+			if ok, err := complete(false); err != nil {
+				return res, err
+			} else if !ok {
+				break
+			}
+		}
+		s := -1
+		for s < 0 {
+			select {
+			case s = <-free:
+				continue
+			default:
+			}
+			if len(inflight) > 0 {
+				if _, err := complete(true); err != nil {
+					return res, err
+				}
+				continue
+			}
+			select {
+			case s = <-free:
+			case <-ctx.Done():
+				return res, ctxErr(ctx, nil)
+			}
+		}
+		n := int(min(int64(q.slotSize), size-off))
+		buf := q.slot(s)[:n]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return res, fmt.Errorf("read %s at %d: %w", name, off, err)
+		}
+		h.Write(buf)
+		if err := q.qp.PostSend(roce.SendWR{ID: uint64(s), Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+			SGL:        []roce.SGE{{Addr: q.slotAddr(s), Length: uint32(n), LKey: q.mr.LKey()}},
+			RemoteAddr: acc.Addr + uint64(s*q.slotSize), RKey: acc.RKey}); err != nil {
+			return res, fmt.Errorf("post rdma write: %w", err)
+		}
+		inflight = append(inflight, pending{s, off, n})
+		off += int64(n)
+	}
+	for len(inflight) > 0 {
+		if _, err := complete(true); err != nil {
+			return res, err
+		}
+	}
+	// A file that grew while being read is not what was announced.
+	var extra [1]byte
+	if n, _ := r.Read(extra[:]); n > 0 {
+		c.send(&message{Type: msgError, Error: "the file grew while being sent"})
+		return res, fmt.Errorf("read %s: the file grew while being sent", name)
+	}
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
+		return res, ctxErr(ctx, err)
+	}
+	select {
+	case m := <-final:
+		if m.Type == msgError {
+			return res, &RemoteError{Msg: m.Error}
+		}
+		if m.SHA256 != res.SHA256 {
+			return res, fmt.Errorf("checksum mismatch: sent sha256 %s, server has %s", res.SHA256, m.SHA256)
+		}
+	case <-ctx.Done():
+		return res, ctxErr(ctx, nil)
+	}
+	res.finish(start)
+	return res, nil
+}
+
+// stagingSize picks the slot size and count for size bytes: no more than
+// needed, at least one 4 KiB slot.
+func stagingSize(size int64, slotSize, slots int) (int, int) {
+	if size < int64(slotSize) {
+		slotSize = int(max((size+4095)&^4095, 4096))
+		slots = 1
+	} else if n := (size + int64(slotSize) - 1) / int64(slotSize); n < int64(slots) {
+		slots = int(n)
+	}
+	return slotSize, slots
+}
+
+// ctxErr prefers the cause of the context's cancellation (the control
+// connection's failure, the peer's error) over err.
+func ctxErr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil {
+		if errors.Is(cause, errPeerClosed) {
+			return fmt.Errorf("transfer interrupted: %w", cause)
+		}
+		if err == nil || errors.Is(err, context.Canceled) || isDeadline(err) || errors.Is(err, errPeerClosed) {
+			return cause
+		}
+	}
+	if err == nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func isDeadline(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded)
+}

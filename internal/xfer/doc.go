@@ -1,0 +1,23 @@
+// Package xfer moves files between two xdproce processes over RoCEv2: the
+// data by RDMA WRITE (Send) or RDMA READ (Get) on one RC queue pair, the
+// coordination over a TCP control connection.
+//
+// The control connection carries length-prefixed JSON messages (a 4-byte
+// big-endian length, then one object). The client opens with a request (put
+// or get) naming the file and its queue pair (QPN, first PSN, GID, path MTU);
+// the server answers with its own queue pair and a registered staging buffer
+// of Slots slots of SlotSize bytes (address and rkey). Each slot then goes
+// round: for put, the client RDMA-WRITEs a chunk into a free slot and, once
+// the write has completed (the server has acknowledged the data), sends a
+// data message; the server appends the slot to the file and frees the slot.
+// For get, the server loads a chunk into a slot and sends a data message; the
+// client RDMA-READs it and frees the slot. An end message with the SHA-256 of
+// the whole content closes the transfer, and the receiving side answers ok
+// only when its own SHA-256 agrees.
+//
+// The receiving side writes to a temporary file in the destination directory
+// and renames it to the final name only when the content is complete and its
+// checksum verified; on any failure (the peer going away, a checksum
+// mismatch, cancellation) it removes the temporary file, so a partial file
+// never appears under the final name.
+package xfer

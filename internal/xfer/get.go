@@ -1,0 +1,205 @@
+package xfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/qp"
+)
+
+// Get fetches the file name from the server at the other end of conn by RDMA
+// READ into dev, writing it to dst: first under a temporary name in dst's
+// directory, renamed to dst only once the SHA-256 matches the server's. conn
+// is closed on return.
+func Get(ctx context.Context, dev *roce.Device, conn net.Conn, name, dst string, opts *Options) (res Result, err error) {
+	o := opts.withDefaults()
+	if err := ValidName(name); err != nil {
+		conn.Close()
+		return res, err
+	}
+	c := newCtrl(conn)
+	defer c.close()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	tmp, err := createTemp(dst)
+	if err != nil {
+		return res, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+
+	q, err := newQPConn(dev, o.SlotSize, o.Slots, mr.LocalWrite, conn.LocalAddr())
+	if err != nil {
+		return res, err
+	}
+	defer q.close()
+	req := &message{Type: msgGet, Version: ProtocolVersion, Name: name, SlotSize: q.slotSize, Slots: q.slots}
+	q.endpoint(req)
+	if err := c.send(req); err != nil {
+		return res, err
+	}
+	var acc message
+	if err := c.expect(&acc, msgAccept); err != nil {
+		return res, ctxErr(ctx, err)
+	}
+	if acc.SlotSize <= 0 || acc.Slots <= 0 || acc.SlotSize > q.slotSize || acc.Slots > q.slots || acc.Size < 0 {
+		return res, fmt.Errorf("server offered %d slots of %d bytes for %d bytes (asked for %d of %d)",
+			acc.Slots, acc.SlotSize, acc.Size, q.slots, q.slotSize)
+	}
+	q.slotSize, q.slots = acc.SlotSize, acc.Slots
+	if err := q.connect(&acc, o.Connect); err != nil {
+		return res, err
+	}
+	size := acc.Size
+	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA READ",
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
+	start := time.Now()
+
+	h := sha256.New()
+	var done int64
+	wcs := make([]roce.WC, 1)
+	type pending struct {
+		slot int
+		off  int64
+		n    int
+	}
+	var inflight []pending
+	// complete takes the oldest read's completion, appends the slot to the
+	// file and frees it.
+	complete := func() error {
+		wc, err := q.wait(ctx, wcs)
+		if err != nil {
+			return ctxErr(ctx, fmt.Errorf("read from peer: %w", err))
+		}
+		p := inflight[0]
+		inflight = inflight[1:]
+		if wc.ID != uint64(p.slot) {
+			return fmt.Errorf("completion for slot %d, want %d", wc.ID, p.slot)
+		}
+		if err := appendSlot(tmp, h, q.slot(p.slot)[:p.n], p.off); err != nil {
+			return err
+		}
+		done += int64(p.n)
+		if err := c.send(&message{Type: msgFree, Slot: p.slot}); err != nil {
+			return ctxErr(ctx, err)
+		}
+		if o.Progress != nil {
+			o.Progress(done, size)
+		}
+		return nil
+	}
+	var next int64 // the offset the next data message must have
+	for {
+		var m message
+		if err := c.recv(&m); err != nil {
+			return res, ctxErr(ctx, err)
+		}
+		if m.Type == msgError {
+			return res, &RemoteError{Msg: m.Error}
+		}
+		if m.Type == msgEnd {
+			for len(inflight) > 0 {
+				if err := complete(); err != nil {
+					return res, err
+				}
+			}
+			if done != size || m.Size != size {
+				return res, fmt.Errorf("server ended after %d of %d bytes", done, size)
+			}
+			res.SHA256 = hex.EncodeToString(h.Sum(nil))
+			if m.SHA256 != res.SHA256 {
+				c.send(&message{Type: msgError, Error: "checksum mismatch"})
+				return res, fmt.Errorf("checksum mismatch: received sha256 %s, server sent %s", res.SHA256, m.SHA256)
+			}
+			break
+		}
+		if m.Type != msgData {
+			return res, fmt.Errorf("control connection: unexpected %q during the transfer", m.Type)
+		}
+		if m.Slot < 0 || m.Slot >= q.slots || m.Len <= 0 || m.Len > q.slotSize || m.Off != next || next+int64(m.Len) > size {
+			return res, fmt.Errorf("control connection: bad data message (slot %d, %d bytes at %d)", m.Slot, m.Len, m.Off)
+		}
+		for _, p := range inflight {
+			if p.slot == m.Slot {
+				return res, fmt.Errorf("control connection: slot %d reused before it was freed", m.Slot)
+			}
+		}
+		if err := q.qp.PostSend(roce.SendWR{ID: uint64(m.Slot), Opcode: qp.WRRDMARead, Flags: qp.Signaled,
+			SGL:        []roce.SGE{{Addr: q.slotAddr(m.Slot), Length: uint32(m.Len), LKey: q.mr.LKey()}},
+			RemoteAddr: acc.Addr + uint64(m.Slot*q.slotSize), RKey: acc.RKey}); err != nil {
+			return res, fmt.Errorf("post rdma read: %w", err)
+		}
+		inflight = append(inflight, pending{m.Slot, m.Off, m.Len})
+		next += int64(m.Len)
+		// Keep reads in flight while the server loads the next slots, but
+		// never all of them: the server needs a free slot to go on.
+		if len(inflight) >= q.slots || next == size {
+			if err := complete(); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := commit(tmp, dst); err != nil {
+		return res, err
+	}
+	committed = true
+	c.send(&message{Type: msgOK, SHA256: res.SHA256})
+	res.finish(start)
+	return res, nil
+}
+
+// createTemp creates the temporary file a download to dst is written to, in
+// dst's directory (so that the rename stays on one file system).
+func createTemp(dst string) (*os.File, error) {
+	dir, base := filepath.Split(dst)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".xdproce-*.part")
+	if err != nil {
+		return nil, fmt.Errorf("create temporary file: %w", err)
+	}
+	return f, nil
+}
+
+func appendSlot(f *os.File, h hash.Hash, b []byte, off int64) error {
+	h.Write(b)
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// commit syncs, closes and renames the temporary file to dst.
+func commit(tmp *os.File, dst string) error {
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp.Name(), err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("rename to %s: %w", dst, err)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package xfer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/qp"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// Defaults of Options.
+const (
+	DefaultSlotSize = 4 << 20
+	DefaultSlots    = 4
+	// DefaultDialRetry is how long clients retry the control connection.
+	DefaultDialRetry = 5 * time.Second
+)
+
+// Options tune a transfer. A nil *Options means the defaults.
+type Options struct {
+	// SlotSize is the bytes moved per RDMA operation (default
+	// DefaultSlotSize); Slots the number of them in flight (default
+	// DefaultSlots). The server's choice wins: these are the client's
+	// request and the server's limit.
+	SlotSize, Slots int
+	// Connect are the queue pair attributes (nil: roce.DefaultConnectOptions).
+	Connect *roce.ConnectOptions
+	// Progress, when set, is called with the bytes done so far and the
+	// total after each slot.
+	Progress func(done, total int64)
+	// Log receives diagnostics (nil: none).
+	Log *slog.Logger
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.SlotSize <= 0 {
+		r.SlotSize = DefaultSlotSize
+	}
+	if r.Slots <= 0 {
+		r.Slots = DefaultSlots
+	}
+	if r.Slots > 64 {
+		r.Slots = 64
+	}
+	if r.Log == nil {
+		r.Log = slog.New(slog.DiscardHandler)
+	}
+	return r
+}
+
+// qpConn is one RC queue pair with a registered staging buffer of slots.
+type qpConn struct {
+	dev      *roce.Device
+	pd       *roce.PD
+	cq       *roce.CQ
+	qp       *roce.QP
+	buf      []byte
+	mr       *roce.MR
+	psn      uint32
+	gid      netip.Addr
+	slotSize int
+	slots    int
+}
+
+func newQPConn(dev *roce.Device, slotSize, slots int, access roce.Access, local net.Addr) (*qpConn, error) {
+	q := &qpConn{dev: dev, pd: dev.AllocPD(), slotSize: slotSize, slots: slots}
+	var err error
+	if q.cq, err = dev.CreateCQ(4 * (slots + 4)); err != nil {
+		q.close()
+		return nil, fmt.Errorf("create cq: %w", err)
+	}
+	q.buf = make([]byte, slotSize*slots)
+	if q.mr, err = q.pd.RegMR(q.buf, access); err != nil {
+		q.close()
+		return nil, fmt.Errorf("register %d bytes: %w", len(q.buf), err)
+	}
+	if q.qp, err = q.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: q.cq, RecvCQ: q.cq,
+		MaxSendWR: 2 * (slots + 4), MaxRecvWR: 4}); err != nil {
+		q.close()
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	q.psn = binary.LittleEndian.Uint32(b[:]) & wire.PSNMask
+	q.gid = localGID(dev, local)
+	return q, nil
+}
+
+// localGID is the device's GID for the local address of the control
+// connection when it has one, else GID 1 (the first IPv4), else GID 0.
+func localGID(dev *roce.Device, local net.Addr) netip.Addr {
+	gids := dev.GIDs()
+	if ta, ok := local.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			g := roce.GIDFromIP(ip.Unmap().WithZone(""))
+			for _, x := range gids {
+				if x == g {
+					return g
+				}
+			}
+		}
+	}
+	if len(gids) > 1 {
+		return gids[1]
+	}
+	if len(gids) > 0 {
+		return gids[0]
+	}
+	return netip.Addr{}
+}
+
+// endpoint fills m with this side's queue pair.
+func (q *qpConn) endpoint(m *message) {
+	m.QPN = q.qp.QPN()
+	m.PSN = q.psn
+	m.GID = q.gid.String()
+	m.PathMTU = q.dev.PathMTU().Bytes()
+	m.Link = q.dev.LinkName()
+}
+
+// connect moves the queue pair to RTS towards the peer described by m.
+func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
+	gid, err := netip.ParseAddr(m.GID)
+	if err != nil {
+		return fmt.Errorf("peer gid %q: %w", m.GID, err)
+	}
+	var co roce.ConnectOptions
+	if o != nil {
+		co = *o
+	} else {
+		co = roce.DefaultConnectOptions()
+	}
+	co.SGID = q.gid
+	mtu := q.dev.PathMTU().Bytes()
+	if m.PathMTU > 0 && m.PathMTU < mtu {
+		mtu = m.PathMTU
+	}
+	if co.PathMTU = wire.MTUFromBytes(mtu); co.PathMTU == 0 {
+		return fmt.Errorf("peer path mtu %d: not an InfiniBand MTU", m.PathMTU)
+	}
+	if err := q.qp.Connect(q.psn, roce.Endpoint{QPN: m.QPN, PSN: m.PSN & wire.PSNMask, GID: gid}, &co); err != nil {
+		return fmt.Errorf("connect qp to %s qpn %#x: %w", gid, m.QPN, err)
+	}
+	return nil
+}
+
+func (q *qpConn) slot(i int) []byte { return q.buf[i*q.slotSize : (i+1)*q.slotSize] }
+
+func (q *qpConn) slotAddr(i int) uint64 { return q.mr.Addr() + uint64(i*q.slotSize) }
+
+// wait returns the next completion, failing on an error status.
+func (q *qpConn) wait(ctx context.Context, wcs []roce.WC) (roce.WC, error) {
+	n, err := q.cq.Wait(ctx, wcs[:1])
+	if err != nil {
+		return roce.WC{}, err
+	}
+	if n == 0 {
+		return roce.WC{}, fmt.Errorf("completion queue: no completion")
+	}
+	wc := wcs[0]
+	if wc.Status != qp.WCSuccess {
+		return wc, fmt.Errorf("rdma %v failed: %v", wc.Opcode, wc.Status)
+	}
+	return wc, nil
+}
+
+func (q *qpConn) close() {
+	if q.qp != nil {
+		q.qp.Destroy()
+	}
+	if q.mr != nil {
+		q.mr.Deregister()
+	}
+	if q.pd != nil {
+		q.pd.Dealloc()
+	}
+}

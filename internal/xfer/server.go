@@ -1,0 +1,307 @@
+package xfer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/mr"
+)
+
+// A Server answers transfer and benchmark requests on a device: files
+// received land in Dir, files asked for are read from Dir.
+type Server struct {
+	Dev *roce.Device
+	Dir string
+	// Options limit the staging buffer per connection (SlotSize, Slots) and
+	// set the queue pair attributes; Progress is not used.
+	Options *Options
+	// Done, when set, is called after each transfer or benchmark with its
+	// result (err nil on success).
+	Done func(op string, res Result, err error)
+}
+
+// Serve accepts control connections on ln until ctx ends or ln fails, and
+// serves each in its own goroutine. It closes ln and waits for the
+// connections' goroutines before returning.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	o := s.Options.withDefaults()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			log := o.Log.With("peer", conn.RemoteAddr().String())
+			if err := s.ServeConn(ctx, conn); err != nil {
+				log.Warn("request failed", "err", err)
+			}
+		}()
+	}
+}
+
+// ServeConn serves one control connection and closes it.
+func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
+	c := newCtrl(conn)
+	defer c.close()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var req message
+	if err := c.recv(&req); err != nil {
+		return err
+	}
+	conn.SetReadDeadline(time.Time{})
+	if req.Version != ProtocolVersion {
+		err := fmt.Errorf("control protocol version %d, this server speaks %d", req.Version, ProtocolVersion)
+		c.send(&message{Type: msgError, Error: err.Error()})
+		return err
+	}
+	var (
+		res Result
+		err error
+		op  = req.Type
+	)
+	switch req.Type {
+	case msgPut:
+		res, err = s.servePut(ctx, cancel, c, &req)
+	case msgGet:
+		res, err = s.serveGet(ctx, cancel, c, &req)
+	case msgBench:
+		res, err = s.serveBench(ctx, cancel, c, &req)
+	default:
+		err = fmt.Errorf("unknown request %q", req.Type)
+		c.send(&message{Type: msgError, Error: err.Error()})
+	}
+	if s.Done != nil {
+		s.Done(op, res, err)
+	}
+	return err
+}
+
+// refuse tells the client why the request fails and returns the error.
+func refuse(c *ctrl, err error) error {
+	c.send(&message{Type: msgError, Error: err.Error()})
+	return err
+}
+
+func (s *Server) limits(req *message) (slotSize, slots int) {
+	o := s.Options.withDefaults()
+	slotSize, slots = o.SlotSize, o.Slots
+	if req.SlotSize > 0 && req.SlotSize < slotSize {
+		slotSize = req.SlotSize
+	}
+	if req.Slots > 0 && req.Slots < slots {
+		slots = req.Slots
+	}
+	return slotSize, slots
+}
+
+func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
+	o := s.Options.withDefaults()
+	res = Result{Name: req.Name, Size: req.Size, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA WRITE"}
+	if err := ValidName(req.Name); err != nil {
+		return res, refuse(c, err)
+	}
+	if req.Size < 0 {
+		return res, refuse(c, fmt.Errorf("size %d", req.Size))
+	}
+	dst := filepath.Join(s.Dir, req.Name)
+	tmp, err := createTemp(dst)
+	if err != nil {
+		return res, refuse(c, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	slotSize, slots := s.limits(req)
+	q, err := newQPConn(s.Dev, slotSize, slots, mr.LocalWrite|mr.RemoteWrite, c.c.LocalAddr())
+	if err != nil {
+		return res, refuse(c, err)
+	}
+	defer q.close()
+	if err := q.connect(req, o.Connect); err != nil {
+		return res, refuse(c, err)
+	}
+	acc := &message{Type: msgAccept, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
+	q.endpoint(acc)
+	res.PathMTU = min(acc.PathMTU, req.PathMTU)
+	if err := c.send(acc); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	h := sha256.New()
+	var next int64
+	for {
+		var m message
+		if err := c.recv(&m); err != nil {
+			return res, fmt.Errorf("receive %s after %d of %d bytes: %w", req.Name, next, req.Size, err)
+		}
+		switch m.Type {
+		case msgError:
+			return res, &RemoteError{Msg: m.Error}
+		case msgData:
+			if m.Slot < 0 || m.Slot >= slots || m.Len <= 0 || m.Len > slotSize || m.Off != next || next+int64(m.Len) > req.Size {
+				return res, refuse(c, fmt.Errorf("bad data message (slot %d, %d bytes at %d)", m.Slot, m.Len, m.Off))
+			}
+			if err := appendSlot(tmp, h, q.slot(m.Slot)[:m.Len], m.Off); err != nil {
+				return res, refuse(c, err)
+			}
+			next += int64(m.Len)
+			if err := c.send(&message{Type: msgFree, Slot: m.Slot}); err != nil {
+				return res, err
+			}
+		case msgEnd:
+			res.SHA256 = hex.EncodeToString(h.Sum(nil))
+			if next != req.Size || m.Size != req.Size {
+				return res, refuse(c, fmt.Errorf("end after %d of %d bytes", next, req.Size))
+			}
+			if m.SHA256 != res.SHA256 {
+				return res, refuse(c, fmt.Errorf("checksum mismatch: received sha256 %s, client sent %s", res.SHA256, m.SHA256))
+			}
+			if err := commit(tmp, dst); err != nil {
+				return res, refuse(c, err)
+			}
+			committed = true
+			res.finish(start)
+			return res, c.send(&message{Type: msgOK, SHA256: res.SHA256})
+		default:
+			return res, refuse(c, fmt.Errorf("unexpected %q during the transfer", m.Type))
+		}
+	}
+}
+
+func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
+	o := s.Options.withDefaults()
+	res = Result{Name: req.Name, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA READ"}
+	if err := ValidName(req.Name); err != nil {
+		return res, refuse(c, err)
+	}
+	f, err := os.Open(filepath.Join(s.Dir, req.Name))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return res, refuse(c, fmt.Errorf("no file %q", req.Name))
+		}
+		return res, refuse(c, fmt.Errorf("open %q: %w", req.Name, err))
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return res, refuse(c, fmt.Errorf("stat %q: %w", req.Name, err))
+	}
+	if !st.Mode().IsRegular() {
+		return res, refuse(c, fmt.Errorf("%q is not a regular file", req.Name))
+	}
+	size := st.Size()
+	res.Size = size
+	slotSize, slots := s.limits(req)
+	slotSize, slots = stagingSize(size, slotSize, slots)
+	q, err := newQPConn(s.Dev, slotSize, slots, mr.LocalWrite|mr.RemoteRead, c.c.LocalAddr())
+	if err != nil {
+		return res, refuse(c, err)
+	}
+	defer q.close()
+	if err := q.connect(req, o.Connect); err != nil {
+		return res, refuse(c, err)
+	}
+	acc := &message{Type: msgAccept, Size: size, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
+	q.endpoint(acc)
+	res.PathMTU = min(acc.PathMTU, req.PathMTU)
+	if err := c.send(acc); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	free := make(chan int, slots)
+	final := make(chan message, 1)
+	go func() {
+		for {
+			var m message
+			if err := c.recv(&m); err != nil {
+				cancel(err)
+				return
+			}
+			switch m.Type {
+			case msgFree:
+				if m.Slot < 0 || m.Slot >= slots {
+					cancel(fmt.Errorf("free of slot %d (of %d)", m.Slot, slots))
+					return
+				}
+				free <- m.Slot
+			case msgOK, msgError:
+				final <- m
+				return
+			default:
+				cancel(fmt.Errorf("unexpected %q during the transfer", m.Type))
+				return
+			}
+		}
+	}()
+	for i := range slots {
+		free <- i
+	}
+	h := sha256.New()
+	var off int64
+	for off < size {
+		var sl int
+		select {
+		case sl = <-free:
+		case <-ctx.Done():
+			return res, fmt.Errorf("send %s after %d of %d bytes: %w", req.Name, off, size, context.Cause(ctx))
+		}
+		n := int(min(int64(slotSize), size-off))
+		buf := q.slot(sl)[:n]
+		if _, err := io.ReadFull(f, buf); err != nil {
+			return res, refuse(c, fmt.Errorf("read %q at %d: %w", req.Name, off, err))
+		}
+		h.Write(buf)
+		if err := c.send(&message{Type: msgData, Slot: sl, Off: off, Len: n}); err != nil {
+			return res, err
+		}
+		off += int64(n)
+	}
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
+		return res, err
+	}
+	select {
+	case m := <-final:
+		if m.Type == msgError {
+			return res, &RemoteError{Msg: m.Error}
+		}
+	case <-ctx.Done():
+		return res, fmt.Errorf("send %s: %w", req.Name, context.Cause(ctx))
+	}
+	res.finish(start)
+	return res, nil
+}
+
+// logger returns the server's logger.
+func (s *Server) logger() *slog.Logger { return s.Options.withDefaults().Log }
