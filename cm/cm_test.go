@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -76,12 +77,12 @@ func TestPerftestDestRoundTrip(t *testing.T) {
 // waiting for a peer that never answers.
 func TestPerftestPeerFailures(t *testing.T) {
 	c, s := tcpPair(t)
-	go func() {
+	go func(s net.Conn) {
 		b := make([]byte, 16)
 		s.Read(b)
 		s.Write([]byte("6.06\x00\x00")) // 6 of 16 bytes, then gone
 		s.Close()
-	}()
+	}(s)
 	_, err := NewPerftestConn(c, true).ExchangeVersions(context.Background(), "")
 	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("peer closing mid-message: %v, want ErrProtocol saying the peer closed", err)
@@ -100,11 +101,11 @@ func TestPerftestPeerFailures(t *testing.T) {
 	}
 
 	c, s = tcpPair(t)
-	go func() {
+	go func(s net.Conn) {
 		b := make([]byte, 16)
 		s.Read(b)
 		s.Write(append([]byte("hello, world!!!"), 0))
-	}()
+	}(s)
 	if _, err := NewPerftestConn(c, true).ExchangeVersions(context.Background(), ""); !errors.Is(err, ErrProtocol) {
 		t.Errorf("non-perftest peer: %v, want ErrProtocol", err)
 	}
@@ -124,17 +125,17 @@ func TestPerftestOldPeer(t *testing.T) {
 			errc <- err
 			return
 		}
-		// The 5.30 peer's own view: we are 6.06, so it would send 2-byte MTU and no system data
-		// ... but the formats we send follow its version: read what we send raw.
+		// What this side sends follows the peer's version: no system data, a 4-byte MTU, then
+		// (raw exchanges below) an 8-byte size and a 4-byte iteration count.
 		b := make([]byte, 4+8+4)
-		_, err := s.Read(b[:4]) // MTU, 4 bytes
+		_, err := io.ReadFull(s, b[:4]) // MTU, 4 bytes
 		if err == nil {
 			s.Write([]byte("2\x00\x00\x00"))
-			_, err = s.Read(b[4:12]) // size
+			_, err = io.ReadFull(s, b[4:12]) // size
 		}
 		if err == nil {
 			s.Write(make([]byte, 8))
-			_, err = s.Read(b[12:16]) // iterations, 4 bytes
+			_, err = io.ReadFull(s, b[12:16]) // iterations, 4 bytes
 			s.Write([]byte{0, 0, 0, 9})
 		}
 		got = b
@@ -170,23 +171,23 @@ func TestPerftestOldPeer(t *testing.T) {
 
 func TestPingpongPeerFailures(t *testing.T) {
 	c, s := tcpPair(t)
-	go func() {
+	go func(s net.Conn) {
 		b := make([]byte, PingpongMsgLen)
 		s.Read(b)
 		s.Write(bytes.Repeat([]byte("x"), PingpongMsgLen))
-	}()
+	}(s)
 	if _, err := DialPingpong(context.Background(), c, PingpongDest{QPN: 1}); !errors.Is(err, ErrProtocol) {
 		t.Errorf("garbage answer: %v, want ErrProtocol", err)
 	}
 
 	c, s = tcpPair(t)
-	go func() {
+	go func(s net.Conn) {
 		d, _ := PingpongDest{QPN: 2}.Marshal()
 		s.Write(d)
 		b := make([]byte, PingpongMsgLen)
 		s.Read(b)
 		s.Close() // no "done"
-	}()
+	}(s)
 	called := false
 	_, err := ServePingpong(context.Background(), c, PingpongDest{QPN: 3}, func(PingpongDest) error { called = true; return nil })
 	if !errors.Is(err, ErrProtocol) || !called {
@@ -194,10 +195,10 @@ func TestPingpongPeerFailures(t *testing.T) {
 	}
 
 	c, s = tcpPair(t)
-	go func() {
+	go func(s net.Conn) {
 		d, _ := PingpongDest{QPN: 2}.Marshal()
 		s.Write(d)
-	}()
+	}(s)
 	boom := errors.New("qp: bad attribute")
 	if _, err := ServePingpong(context.Background(), c, PingpongDest{QPN: 3}, func(PingpongDest) error { return boom }); !errors.Is(err, boom) {
 		t.Errorf("connect failure: %v, want it wrapped", err)
