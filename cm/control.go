@@ -125,12 +125,23 @@ func (c *Conn) Close() error { return c.nc.Close() }
 
 // Send writes one message.
 func (c *Conn) Send(ctx context.Context, m *Message) error {
-	b, err := json.Marshal(m)
+	return c.send(ctx, m, m.Type)
+}
+
+// SendValue writes any JSON-encodable value as one frame. With RecvValue it lets a caller run
+// its own messages over a connection Dial or Accept set up (TLS, retries, hello). Mixing it with
+// Call on the same connection is the caller's business.
+func (c *Conn) SendValue(ctx context.Context, v any) error {
+	return c.send(ctx, v, fmt.Sprintf("%T", v))
+}
+
+func (c *Conn) send(ctx context.Context, v any, what string) error {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("cm: encode %s message: %w", m.Type, err)
+		return fmt.Errorf("cm: encode %s message: %w", what, err)
 	}
 	if len(b) > MaxFrame {
-		return fmt.Errorf("cm: %s message of %d bytes is over the %d-byte frame limit", m.Type, len(b), MaxFrame)
+		return fmt.Errorf("cm: %s message of %d bytes is over the %d-byte frame limit", what, len(b), MaxFrame)
 	}
 	frame := make([]byte, 4+len(b))
 	binary.BigEndian.PutUint32(frame, uint32(len(b)))
@@ -144,7 +155,7 @@ func (c *Conn) Send(ctx context.Context, m *Message) error {
 		}
 	}()
 	if _, err := c.nc.Write(frame); err != nil {
-		return ctxErr(ctx, fmt.Errorf("cm: send %s to %v: %w", m.Type, c.nc.RemoteAddr(), err))
+		return ctxErr(ctx, fmt.Errorf("cm: send %s to %v: %w", what, c.nc.RemoteAddr(), err))
 	}
 	return nil
 }
@@ -152,6 +163,19 @@ func (c *Conn) Send(ctx context.Context, m *Message) error {
 // Recv reads one message; it blocks until one arrives, the peer closes (io.EOF), or ctx ends.
 // Error frames are returned as messages; Call turns them into errors.
 func (c *Conn) Recv(ctx context.Context) (*Message, error) {
+	m := new(Message)
+	if err := c.RecvValue(ctx, m); err != nil {
+		return nil, err
+	}
+	if m.Type == "" {
+		return nil, fmt.Errorf("cm: receive from %v: %w: message without type", c.nc.RemoteAddr(), ErrProtocol)
+	}
+	return m, nil
+}
+
+// RecvValue reads one frame and decodes its JSON into v (see SendValue). It returns io.EOF
+// when the peer closed the connection between frames.
+func (c *Conn) RecvValue(ctx context.Context, v any) error {
 	stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(time.Unix(1, 0)) })
 	defer func() {
 		if !stop() {
@@ -161,29 +185,25 @@ func (c *Conn) Recv(ctx context.Context) (*Message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) && ctx.Err() == nil {
-			return nil, io.EOF
+			return io.EOF
 		}
-		return nil, ctxErr(ctx, fmt.Errorf("cm: receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
+		return ctxErr(ctx, fmt.Errorf("cm: receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > MaxFrame {
-		return nil, fmt.Errorf("cm: receive from %v: %w: frame of %d bytes (limit %d; is the peer xdproce?)", c.nc.RemoteAddr(), ErrProtocol, n, MaxFrame)
+		return fmt.Errorf("cm: receive from %v: %w: frame of %d bytes (limit %d; is the peer xdproce?)", c.nc.RemoteAddr(), ErrProtocol, n, MaxFrame)
 	}
 	if cap(c.rbuf) < int(n) {
 		c.rbuf = make([]byte, n)
 	}
 	b := c.rbuf[:n]
 	if _, err := io.ReadFull(c.r, b); err != nil {
-		return nil, ctxErr(ctx, fmt.Errorf("cm: receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
+		return ctxErr(ctx, fmt.Errorf("cm: receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
 	}
-	m := new(Message)
-	if err := json.Unmarshal(b, m); err != nil {
-		return nil, fmt.Errorf("cm: receive from %v: %w: %v", c.nc.RemoteAddr(), ErrProtocol, err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("cm: receive from %v: %w: %v", c.nc.RemoteAddr(), ErrProtocol, err)
 	}
-	if m.Type == "" {
-		return nil, fmt.Errorf("cm: receive from %v: %w: message without type", c.nc.RemoteAddr(), ErrProtocol)
-	}
-	return m, nil
+	return nil
 }
 
 // Call sends req as a request with a fresh ID and returns the reply with that ID. Event frames

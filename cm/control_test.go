@@ -371,3 +371,52 @@ func TestControlContext(t *testing.T) {
 		t.Errorf("recv: %v", err)
 	}
 }
+
+// SendValue/RecvValue carry a caller's own messages over a connection cm set up.
+func TestControlOwnMessages(t *testing.T) {
+	type put struct {
+		Kind string `json:"kind"`
+		Off  int64  `json:"off"`
+	}
+	l, err := Listen("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan put, 1)
+	go func() {
+		c, err := l.Accept(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		var p put
+		if err := c.RecvValue(context.Background(), &p); err != nil {
+			t.Error(err)
+		}
+		got <- p
+		c.SendValue(context.Background(), put{Kind: "ok", Off: p.Off + 1})
+	}()
+	c, err := Dial(context.Background(), l.Addr().String(), &Config{Retry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SendValue(context.Background(), put{Kind: "data", Off: 41}); err != nil {
+		t.Fatal(err)
+	}
+	var resp put
+	if err := c.RecvValue(context.Background(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-got; p != (put{Kind: "data", Off: 41}) || resp != (put{Kind: "ok", Off: 42}) {
+		t.Errorf("server got %+v, client got %+v", p, resp)
+	}
+	if err := c.RecvValue(context.Background(), &resp); err != io.EOF {
+		t.Errorf("after the server closed: %v, want io.EOF", err)
+	}
+	if err := c.SendValue(context.Background(), func() {}); err == nil {
+		t.Error("a func encoded")
+	}
+}
