@@ -17,9 +17,13 @@
 //     by its SHA-256 fingerprint. Clients retry the connection with backoff for a configurable
 //     time, since a server may still be starting.
 //
-// The types here are plain values; the package knows nothing of queue pairs or devices, so the
-// caller moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong
-// and the PerftestConn steps are where that happens).
+// The protocol types are plain values and know nothing of queue pairs or devices: the caller
+// moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong and
+// PerftestSetup are where that happens). ToolPeer puts the two together over package roce: it
+// runs what ibv_rc_pingpong and the perftest tools do (both roles, their data loops, their
+// output lines), so `xdproce pingpong` and `xdproce bench --perftest` are thin; package interop
+// checks it against the real tools. Conn.SendValue and RecvValue let a caller carry its own
+// JSON messages over a connection Dial or Accept set up.
 //
 // Errors: ErrVersionMismatch, ErrFingerprintMismatch and ErrProtocol are sentinels callers may
 // branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,17 +15,11 @@ import (
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // These tests drive xdproce's roce facade and package cm directly (no CLI) against the tools
 // in the guest: the same runs as the CLI matrix, available as soon as the engine is. Their rows
 // say "roce+cm" in the operation.
-
-const (
-	wrRecv = 1
-	wrSend = 2
-)
 
 // side is xdproce's end of one run: a device on the tap (or link/udp on its address), one RC
 // queue pair and one registered buffer, capturing every frame to a pcapng file.
@@ -42,12 +35,11 @@ type side struct {
 	gid     cm.GID
 	capture string
 	closed  bool
-	wcs     []roce.WC
 }
 
 func newSide(t *testing.T, g *guest, link roce.LinkKind) *side {
 	t.Helper()
-	s := &side{t: t, capture: filepath.Join(t.TempDir(), "xdproce.pcapng"), wcs: make([]roce.WC, 64)}
+	s := &side{t: t, capture: filepath.Join(t.TempDir(), "xdproce.pcapng")}
 	f, err := os.Create(s.capture)
 	if err != nil {
 		t.Fatal(err)
@@ -93,78 +85,9 @@ func (s *side) close() {
 	}
 }
 
-func (s *side) connect(qpn, psn uint32, gid cm.GID) error {
-	return s.q.Connect(s.psn, roce.Endpoint{QPN: qpn, PSN: psn, GID: netip.AddrFrom16(gid)}, nil)
-}
-
-func (s *side) sge(off, n int) []roce.SGE {
-	return []roce.SGE{{Addr: s.m.Addr() + uint64(off), Length: uint32(n), LKey: s.m.LKey()}}
-}
-
-func (s *side) postRecvs(n, size int) error {
-	for range n {
-		if err := s.q.PostRecv(roce.RecvWR{ID: wrRecv, SGL: s.sge(0, size)}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// poll waits for at least one completion and returns them; any error status is an error.
-func (s *side) poll(ctx context.Context) ([]roce.WC, error) {
-	n, err := s.cq.Wait(ctx, s.wcs)
-	if err != nil {
-		return nil, fmt.Errorf("cq wait: %w", err)
-	}
-	for _, wc := range s.wcs[:n] {
-		if wc.Status != qp.WCSuccess {
-			return nil, fmt.Errorf("work completion %d: %v", wc.ID, wc.Status)
-		}
-	}
-	return s.wcs[:n], nil
-}
-
-// pingpong is ibv_rc_pingpong's loop: the client sends first; each side sends its next
-// message once its last send and a receive completed; iters each way.
-func (s *side) pingpong(ctx context.Context, size, iters int, client bool) error {
-	send := func() error {
-		return s.q.PostSend(roce.SendWR{ID: wrSend, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: s.sge(size, size)})
-	}
-	const pRecv, pSend = 1, 2
-	pending := pRecv
-	scnt, rcnt := 0, 0
-	if client {
-		if err := send(); err != nil {
-			return err
-		}
-		pending |= pSend
-	}
-	for scnt < iters || rcnt < iters {
-		wcs, err := s.poll(ctx)
-		if err != nil {
-			return fmt.Errorf("after %d sends, %d receives: %w", scnt, rcnt, err)
-		}
-		for _, wc := range wcs {
-			switch wc.ID {
-			case wrSend:
-				scnt++
-				pending &^= pSend
-			case wrRecv:
-				if int(wc.ByteLen) != size {
-					return fmt.Errorf("received %d bytes, want %d", wc.ByteLen, size)
-				}
-				rcnt++
-				pending &^= pRecv
-			}
-			if scnt < iters && pending == 0 {
-				if err := send(); err != nil {
-					return err
-				}
-				pending = pRecv | pSend
-			}
-		}
-	}
-	return nil
+// peer is the side as a cm.ToolPeer: the code xdproce's CLI runs against the tools.
+func (s *side) peer() *cm.ToolPeer {
+	return &cm.ToolPeer{QP: s.q, CQ: s.cq, MR: s.m, GID: s.gid, PSN: s.psn}
 }
 
 // finish closes the device (flushing the capture), verifies the capture with
@@ -222,8 +145,9 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 					ctx := ctxFor(t, 90*time.Second)
 					s := newSide(t, g, linkKind(link))
 					tool := fmt.Sprintf("exec stdbuf -oL ibv_rc_pingpong -d rxe0 -g $XI_GID_INDEX -s %d -n %d -m 1024", size, iters)
-					local := cm.PingpongDest{QPN: s.q.QPN(), PSN: s.psn, GID: s.gid}
 					var j *job
+					var res cm.PingpongResult
+					var perr error
 					if srv {
 						l, err := g.listenIn(cm.DefaultPort)
 						if err != nil {
@@ -237,15 +161,7 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 							t.Fatalf("accept: %v\n%s", err, j.output())
 						}
 						defer c.Close()
-						_, err = cm.ServePingpong(ctx, c, local, func(r cm.PingpongDest) error {
-							if err := s.connect(r.QPN, r.PSN, r.GID); err != nil {
-								return err
-							}
-							return s.postRecvs(iters, size)
-						})
-						if err != nil {
-							t.Fatal(err)
-						}
+						res, perr = s.peer().Pingpong(ctx, c, false, size, iters)
 					} else {
 						j = g.start(t, tool)
 						g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
@@ -254,23 +170,19 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 							t.Fatal(err)
 						}
 						defer c.Close()
-						r, err := cm.DialPingpong(ctx, c, local)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if err := s.connect(r.QPN, r.PSN, r.GID); err != nil {
-							t.Fatal(err)
-						}
-						if err := s.postRecvs(iters, size); err != nil {
-							t.Fatal(err)
-						}
+						res, perr = s.peer().Pingpong(ctx, c, true, size, iters)
 					}
-					perr := s.pingpong(ctx, size, iters, !srv)
 					out, rc, err := j.wait(30 * time.Second)
 					note = s.finish(t)
 					if perr != nil || err != nil || rc != 0 {
 						t.Fatalf("xdproce: %v; ibv_rc_pingpong rc %d %v:\n%s", perr, rc, err, out)
 					}
+					// Both print the same lines: the tool's local address is our remote one.
+					lines := res.Lines()
+					if !strings.Contains(out, "remote address: "+res.Local.String()) || !strings.Contains(out, "local address:  "+res.Remote.String()) {
+						t.Errorf("ibv_rc_pingpong's addresses differ from ours (%q):\n%s", lines[:2], out)
+					}
+					t.Logf("xdproce: %s", strings.Join(lines, " | "))
 					if want := fmt.Sprintf("%d bytes in ", 2*size*iters); !strings.Contains(out, want) {
 						t.Errorf("ibv_rc_pingpong output lacks %q:\n%s", want, out)
 					}
@@ -278,134 +190,6 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 			}
 		}
 	}
-}
-
-// perftestClient runs test against a perftest server in the guest and returns the report sent.
-func (s *side) perftestClient(ctx context.Context, c net.Conn, test cm.PerftestTest, size, iters int, atomic string) error {
-	pc := cm.NewPerftestConn(c, true)
-	keys := cm.PerftestDest{OutReads: 16, QPN: s.q.QPN(), PSN: s.psn, RKey: s.m.RKey(), VAddr: s.m.Addr(), GID: s.gid}
-	var remote cm.PerftestDest
-	remote, _, err := pc.Setup(ctx, test, cm.PerftestSetup{MTU: 3, Local: keys,
-		Connect: func(r cm.PerftestDest, mtu int) error { return s.connect(r.QPN, r.PSN, r.GID) },
-		Ready: func() error {
-			if test == cm.SendLat {
-				return s.postRecvs(iters, size)
-			}
-			return nil
-		}})
-	if err != nil {
-		return err
-	}
-	t0 := time.Now()
-	var prev uint64
-	if test == cm.SendLat {
-		for i := range iters {
-			if err := s.q.PostSend(roce.SendWR{ID: wrSend, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: s.sge(size, size)}); err != nil {
-				return err
-			}
-			for got := 0; got < 2; {
-				wcs, err := s.poll(ctx)
-				if err != nil {
-					return fmt.Errorf("iteration %d: %w", i, err)
-				}
-				got += len(wcs)
-			}
-		}
-	} else {
-		posted, done := 0, 0
-		for done < iters {
-			for posted < iters && posted-done < 64 {
-				wr := roce.SendWR{ID: uint64(posted), Flags: qp.Signaled, SGL: s.sge(0, size), RemoteAddr: remote.VAddr, RKey: remote.RKey}
-				switch test {
-				case cm.WriteBW:
-					wr.Opcode = qp.WRRDMAWrite
-				case cm.ReadBW:
-					wr.Opcode = qp.WRRDMARead
-				case cm.SendBW:
-					wr.Opcode, wr.RemoteAddr, wr.RKey = qp.WRSend, 0, 0
-				case cm.AtomicBW:
-					wr.SGL = s.sge(8*(posted%1024), 8)
-					if atomic == "CMP_AND_SWAP" {
-						wr.Opcode, wr.CompareAdd, wr.Swap = qp.WRAtomicCmpSwp, 0, uint64(posted)+1
-					} else {
-						wr.Opcode, wr.CompareAdd = qp.WRAtomicFetchAdd, 1
-					}
-				}
-				if err := s.q.PostSend(wr); err != nil {
-					return err
-				}
-				posted++
-			}
-			wcs, err := s.poll(ctx)
-			if err != nil {
-				return fmt.Errorf("after %d of %d completions: %w", done, iters, err)
-			}
-			for _, wc := range wcs {
-				if test == cm.AtomicBW && atomic != "CMP_AND_SWAP" {
-					// Fetch-and-add returns the value before each add: consecutive values.
-					off := 8 * (int(wc.ID) % 1024)
-					v := leU64(s.buf[off:])
-					if wc.ID > 0 && v != prev+1 {
-						return fmt.Errorf("FETCH_AND_ADD %d returned %d after %d", wc.ID, v, prev)
-					}
-					prev = v
-				}
-			}
-			done += len(wcs)
-		}
-	}
-	el := time.Since(t0).Seconds()
-	mb := float64(size) * float64(iters) / el / (1 << 20)
-	_, err = pc.Finish(ctx, test, keys, cm.PerftestReport{Size: uint64(size), Iters: uint64(iters), BWPeak: mb, BWAvg: mb, MsgRate: float64(iters) / el / 1e6})
-	return err
-}
-
-func leU64(b []byte) uint64 {
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 | uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-}
-
-// perftestServer serves one run of test to a perftest client in the guest.
-func (s *side) perftestServer(ctx context.Context, c net.Conn, test cm.PerftestTest, size, iters int) error {
-	pc := cm.NewPerftestConn(c, false)
-	keys := cm.PerftestDest{OutReads: 16, QPN: s.q.QPN(), PSN: s.psn, RKey: s.m.RKey(), VAddr: s.m.Addr(), GID: s.gid}
-	_, _, err := pc.Setup(ctx, test, cm.PerftestSetup{MTU: 3, Local: keys,
-		Connect: func(r cm.PerftestDest, mtu int) error { return s.connect(r.QPN, r.PSN, r.GID) },
-		Ready: func() error {
-			if test == cm.SendBW || test == cm.SendLat {
-				return s.postRecvs(iters, size)
-			}
-			return nil
-		}})
-	if err != nil {
-		return err
-	}
-	switch test {
-	case cm.SendBW:
-		for got := 0; got < iters; {
-			wcs, err := s.poll(ctx)
-			if err != nil {
-				return fmt.Errorf("after %d of %d receives: %w", got, iters, err)
-			}
-			got += len(wcs)
-		}
-	case cm.SendLat:
-		for i := range iters {
-			for got := false; !got; {
-				wcs, err := s.poll(ctx)
-				if err != nil {
-					return fmt.Errorf("iteration %d: %w", i, err)
-				}
-				for _, wc := range wcs {
-					got = got || wc.ID == wrRecv
-				}
-			}
-			if err := s.q.PostSend(roce.SendWR{ID: wrSend, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: s.sge(size, size)}); err != nil {
-				return err
-			}
-		}
-	}
-	_, err = pc.Finish(ctx, test, keys, cm.PerftestReport{})
-	return err
 }
 
 // TestPrivilegedInteropFacadePerftest: the perftest tools against roce+cm, both roles, over
@@ -446,6 +230,7 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 				}
 				var j *job
 				var rerr error
+				var res cm.PerftestResult
 				if srv {
 					l, err := g.listenIn(cm.DefaultPort)
 					if err != nil {
@@ -459,7 +244,7 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 						t.Fatalf("accept: %v\n%s", err, j.output())
 					}
 					defer conn.Close()
-					rerr = s.perftestServer(ctx, conn, c.test, c.size, c.iters)
+					res, rerr = s.peer().Perftest(ctx, conn, false, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
 				} else {
 					j = g.start(t, tool)
 					g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
@@ -468,7 +253,10 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer conn.Close()
-					rerr = s.perftestClient(ctx, conn, c.test, c.size, c.iters, c.atomic)
+					res, rerr = s.peer().Perftest(ctx, conn, true, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
+				}
+				if rerr == nil && !srv {
+					t.Logf("xdproce: %d B x%d in %v: %.2f MB/s", c.size, c.iters, res.Elapsed, res.Report.BWAvg)
 				}
 				out, rc, err := j.wait(30 * time.Second)
 				note = s.finish(t)

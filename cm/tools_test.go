@@ -1,0 +1,137 @@
+package cm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/link/pipe"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// toolPair is two ToolPeers on two roce devices joined by link/pipe.
+func toolPair(t *testing.T) (a, b *ToolPeer) {
+	t.Helper()
+	la, lb, err := pipe.New(pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(l *pipe.Link, ip string) *ToolPeer {
+		d, err := roce.NewDevice(l, &roce.Options{Addrs: []netip.Addr{netip.MustParseAddr(ip)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		pd := d.AllocPD()
+		cq, err := d.CreateCQ(1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 256, MaxRecvWR: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := pd.RegMR(make([]byte, 1<<17), roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead|roce.RemoteAtomic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &ToolPeer{QP: q, CQ: cq, MR: m, GID: GIDFromAddr(netip.MustParseAddr(ip))}
+	}
+	return mk(la, "198.51.100.1"), mk(lb, "198.51.100.2")
+}
+
+func TestToolPeerPingpong(t *testing.T) {
+	for _, size := range []int{64, 3000} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			a, b := toolPair(t)
+			c, s := tcpPair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errc := make(chan error, 1)
+			var sr PingpongResult
+			go func() {
+				var err error
+				sr, err = b.Pingpong(ctx, s, false, size, 20)
+				errc <- err
+			}()
+			cr, err := a.Pingpong(ctx, c, true, size, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if cr.Remote != sr.Local || sr.Remote != cr.Local {
+				t.Errorf("addresses: client %v/%v, server %v/%v", cr.Local, cr.Remote, sr.Local, sr.Remote)
+			}
+			lines := cr.Lines()
+			if !strings.HasPrefix(lines[2], fmt.Sprintf("%d bytes in ", 2*size*20)) || !strings.HasPrefix(lines[3], "20 iters in ") ||
+				lines[1] != "  remote address: "+cr.Remote.String() {
+				t.Errorf("lines %q", lines)
+			}
+		})
+	}
+}
+
+func TestToolPeerPerftest(t *testing.T) {
+	for _, tc := range []struct {
+		test PerftestTest
+		op   AtomicOp
+		size int
+	}{{WriteBW, "", 4096}, {ReadBW, "", 65536}, {SendBW, "", 4096}, {AtomicBW, FetchAndAdd, 8}, {AtomicBW, CmpAndSwap, 8}, {SendLat, "", 64}} {
+		t.Run(fmt.Sprintf("%v%s", tc.test, tc.op), func(t *testing.T) {
+			a, b := toolPair(t)
+			if tc.test == ReadBW {
+				copy(b.MR.Bytes(), strings.Repeat("read me ", 8192))
+			}
+			if tc.test == WriteBW || tc.test == SendBW {
+				copy(a.MR.Bytes(), strings.Repeat("sent on ", 8192))
+			}
+			c, s := tcpPair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errc := make(chan error, 1)
+			var sr PerftestResult
+			go func() {
+				var err error
+				sr, err = b.Perftest(ctx, s, false, tc.test, tc.size, 50, 3, tc.op)
+				errc <- err
+			}()
+			cr, err := a.Perftest(ctx, c, true, tc.test, tc.size, 50, 3, tc.op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if cr.Remote != sr.Local || sr.Remote != cr.Local || cr.MTU != 3 {
+				t.Errorf("keys: client saw %+v, server is %+v (mtu %d)", cr.Remote, sr.Local, cr.MTU)
+			}
+			if tc.test.Plan().Reports && (sr.PeerReport.Iters != 50 || sr.PeerReport.BWAvg <= 0) {
+				t.Errorf("server got report %+v", sr.PeerReport)
+			}
+			switch {
+			case tc.test == WriteBW || tc.test == SendBW:
+				if got, want := string(b.MR.Bytes()[:tc.size]), strings.Repeat("sent on ", tc.size/8); got != want {
+					t.Errorf("%v: the server's buffer holds %.32q…, want %.32q…", tc.test, got, want)
+				}
+			case tc.test == ReadBW:
+				if got := string(a.MR.Bytes()[:16]); got != "read me read me " {
+					t.Errorf("READ brought %q", got)
+				}
+			case tc.test == AtomicBW && tc.op == FetchAndAdd:
+				if v := binary.LittleEndian.Uint64(b.MR.Bytes()); v != 50 {
+					t.Errorf("50 FETCH_AND_ADD 1 left %d", v)
+				}
+			case tc.test == AtomicBW && tc.op == CmpAndSwap:
+				if v := binary.LittleEndian.Uint64(b.MR.Bytes()); v != 50 {
+					t.Errorf("50 CMP_AND_SWAP i→i+1 left %d", v)
+				}
+			}
+		})
+	}
+}
