@@ -3,9 +3,11 @@ package cm
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/xdproce/xdproce/roce"
@@ -201,6 +203,86 @@ type PerftestResult struct {
 	Report        PerftestReport // this side's measurement (a client's; zero for a server)
 	PeerReport    PerftestReport // what the peer sent (the client's, on a server)
 	Elapsed       time.Duration
+	// Latencies of ib_send_lat on the client: half of each round trip, as perftest reports.
+	Latencies []time.Duration
+}
+
+// Lines are the lines perftest prints for the run: both address lines with their GIDs, the
+// result header and row (bandwidth tests: bytes, iterations, peak and average MB/s, Mpps;
+// latency: bytes, iterations, min, max, typical, average, stdev, 99% and 99.9% in µs). A
+// server's row shows the client's report, as perftest's server does.
+func (r PerftestResult) Lines(test PerftestTest) []string {
+	addr := func(side string, d PerftestDest) []string {
+		l := fmt.Sprintf(" %s address: LID %04x QPN %s PSN %s", side, d.LID, altHex(uint64(d.QPN), 6), altHex(uint64(d.PSN), 6))
+		if test == ReadBW {
+			l += " OUT " + altHex(uint64(d.OutReads), 4)
+		}
+		if test == ReadBW || test == WriteBW {
+			l += fmt.Sprintf(" RKey %s VAddr %s", altHex(uint64(d.RKey), 8), altHex(d.VAddr, 16))
+		}
+		g := " GID: "
+		for i, b := range d.GID {
+			if i > 0 {
+				g += ":"
+			}
+			g += fmt.Sprintf("%02d", b)
+		}
+		return []string{l, g}
+	}
+	lines := append(addr("local", r.Local), addr("remote", r.Remote)...)
+	if test == SendLat {
+		lines = append(lines, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
+		if len(r.Latencies) > 0 {
+			st := latencyStats(r.Latencies)
+			lines = append(lines, fmt.Sprintf(" %-7d %-7d    %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f",
+				r.Report.Size, len(r.Latencies), st[0], st[1], st[2], st[3], st[4], st[5], st[6]))
+		}
+		return lines
+	}
+	rep := r.Report
+	if rep.Iters == 0 {
+		rep = r.PeerReport
+	}
+	lines = append(lines, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
+	if rep.Iters > 0 {
+		lines = append(lines, fmt.Sprintf(" %-7d    %-7d          %-7.2f            %-7.2f\t\t   %-7.6f", rep.Size, rep.Iters, rep.BWPeak, rep.BWAvg, rep.MsgRate))
+	}
+	return lines
+}
+
+// latencyStats gives min, max, median, mean, standard deviation, 99th and 99.9th percentile
+// in microseconds.
+func latencyStats(d []time.Duration) [7]float64 {
+	us := make([]float64, len(d))
+	var sum float64
+	for i, x := range d {
+		us[i] = float64(x) / 1e3
+		sum += us[i]
+	}
+	slices.Sort(us)
+	n := float64(len(us))
+	mean := sum / n
+	var v float64
+	for _, x := range us {
+		v += (x - mean) * (x - mean)
+	}
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p*n)) - 1
+		return us[max(0, min(i, len(us)-1))]
+	}
+	return [7]float64{us[0], us[len(us)-1], us[len(us)/2], mean, math.Sqrt(v / n), pct(0.99), pct(0.999)}
+}
+
+// altHex formats v as C's "%#0Nx" does (the width counts the "0x"; 0 prints as "0").
+func altHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*d", width, 0)
+	}
+	s := fmt.Sprintf("%x", v)
+	for len(s)+2 < width {
+		s = "0" + s
+	}
+	return "0x" + s
 }
 
 // Perftest runs one perftest test on conn, as the perftest tool of that name would: client
@@ -252,7 +334,7 @@ func (p *ToolPeer) Perftest(ctx context.Context, conn net.Conn, client bool, tes
 	}
 	t0 := time.Now()
 	if client {
-		err = p.perftestClient(ctx, test, res.Remote, size, iters, op)
+		err = p.perftestClient(ctx, test, res.Remote, size, iters, op, &res.Latencies)
 	} else {
 		err = p.perftestServer(ctx, test, size, iters)
 	}
@@ -270,10 +352,11 @@ func (p *ToolPeer) Perftest(ctx context.Context, conn net.Conn, client bool, tes
 	return res, err
 }
 
-func (p *ToolPeer) perftestClient(ctx context.Context, test PerftestTest, remote PerftestDest, size, iters int, op AtomicOp) error {
+func (p *ToolPeer) perftestClient(ctx context.Context, test PerftestTest, remote PerftestDest, size, iters int, op AtomicOp, lat *[]time.Duration) error {
 	wcs := make([]roce.WC, 64)
 	if test == SendLat {
 		for i := range iters {
+			t0 := time.Now()
 			if err := p.send(size, size); err != nil {
 				return err
 			}
@@ -287,6 +370,7 @@ func (p *ToolPeer) perftestClient(ctx context.Context, test PerftestTest, remote
 					recvd = recvd || wc.ID == toolRecvID
 				}
 			}
+			*lat = append(*lat, time.Since(t0)/2)
 		}
 		return nil
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +121,11 @@ func TestToolPeerPerftest(t *testing.T) {
 				if got, want := string(b.MR.Bytes()[:tc.size]), strings.Repeat("sent on ", tc.size/8); got != want {
 					t.Errorf("%v: the server's buffer holds %.32q…, want %.32q…", tc.test, got, want)
 				}
+			case tc.test == SendLat:
+				l := cr.Lines(SendLat)
+				if len(cr.Latencies) != 50 || !strings.HasPrefix(l[len(l)-1], " 64      50      ") {
+					t.Errorf("%d latencies, last line %q", len(cr.Latencies), l[len(l)-1])
+				}
 			case tc.test == ReadBW:
 				if got := string(a.MR.Bytes()[:16]); got != "read me read me " {
 					t.Errorf("READ brought %q", got)
@@ -133,5 +140,48 @@ func TestToolPeerPerftest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The lines of a perftest result are perftest's own: checked against the tools' output in the
+// captures' .txt files, from the keys and reports in the captures.
+func TestPerftestResultLines(t *testing.T) {
+	for _, tc := range []struct {
+		test       PerftestTest
+		pcap, text string
+	}{{WriteBW, "write_bw.pcap", "write_bw.txt"}, {ReadBW, "read_bw.pcap", "read_bw.txt"}} {
+		segs := capturedExchange(t, tc.pcap)
+		var keys [2]PerftestDest
+		var rep []uint64
+		for _, s := range segs {
+			side := 1
+			if s.fromClient {
+				side = 0
+			}
+			if len(s.data) == PerftestKeyLen && keys[side].QPN == 0 {
+				keys[side], _ = UnmarshalPerftestDest(s.data)
+			}
+			if len(s.data) == 8 && s.fromClient {
+				rep = append(rep, binary.BigEndian.Uint64(s.data))
+			}
+		}
+		r := PerftestResult{Local: keys[0], Remote: keys[1], Report: PerftestReport{Size: rep[0], Iters: rep[1],
+			BWPeak: math.Float64frombits(rep[2]), BWAvg: math.Float64frombits(rep[3]), MsgRate: math.Float64frombits(rep[4])}}
+		txt, err := os.ReadFile("testdata/" + tc.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range r.Lines(tc.test) {
+			if !strings.Contains(string(txt), l+"\n") {
+				t.Errorf("%v: line %q is not in %s", tc.test, l, tc.text)
+			}
+		}
+	}
+	if got := altHex(0, 6); got != "000000" {
+		t.Errorf("altHex(0) = %q, C gives 000000", got)
+	}
+	st := latencyStats([]time.Duration{3 * time.Microsecond, 1 * time.Microsecond, 2 * time.Microsecond})
+	if st[0] != 1 || st[1] != 3 || st[2] != 2 || st[3] != 2 || st[6] != 3 {
+		t.Errorf("latency stats %v", st)
 	}
 }
