@@ -34,21 +34,22 @@ type Counter int
 
 // Counters.
 const (
-	CtrRetransmits  Counter = iota // packets sent again (go-back-N, RNR, timeout)
-	CtrTimeouts                    // local ACK timeouts
-	CtrSeqNAKsSent                 // PSN sequence error NAKs sent
-	CtrSeqNAKsRecv                 // PSN sequence error NAKs received
-	CtrRNRNAKsSent                 // RNR NAKs sent
-	CtrRNRNAKsRecv                 // RNR NAKs received
-	CtrDuplicates                  // duplicate requests received
-	CtrReplays                     // READ responses regenerated / atomic results replayed
-	CtrDropped                     // packets dropped (state, sequence, Q_Key, malformed, stale)
-	CtrErrNAKsSent                 // invalid request / remote access / remote op NAKs sent
-	CtrEncodeErrors                // frames the engine failed to encode (a bug)
+	CtrRetransmits     Counter = iota // packets sent again (go-back-N, RNR, timeout)
+	CtrTimeouts                       // local ACK timeouts
+	CtrFastRetransmits                // resends because an ACK asked for was overdue by the round trip
+	CtrSeqNAKsSent                    // PSN sequence error NAKs sent
+	CtrSeqNAKsRecv                    // PSN sequence error NAKs received
+	CtrRNRNAKsSent                    // RNR NAKs sent
+	CtrRNRNAKsRecv                    // RNR NAKs received
+	CtrDuplicates                     // duplicate requests received
+	CtrReplays                        // READ responses regenerated / atomic results replayed
+	CtrDropped                        // packets dropped (state, sequence, Q_Key, malformed, stale)
+	CtrErrNAKsSent                    // invalid request / remote access / remote op NAKs sent
+	CtrEncodeErrors                   // frames the engine failed to encode (a bug)
 	numCounters
 )
 
-var counterNames = [...]string{"retransmits", "timeouts", "seq_naks_sent", "seq_naks_recv",
+var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "seq_naks_sent", "seq_naks_recv",
 	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
@@ -95,6 +96,7 @@ func (q *QP) applyCtl() {
 		q.comp.ackPSN = e.attr.SQPSN
 		q.comp.retries = e.attr.RetryCnt
 		q.comp.rnrRetries = e.attr.RNRRetry
+		q.comp.cwnd = q.window
 	}
 	e.state = target
 	q.buildTemplate()
@@ -259,6 +261,7 @@ func (q *QP) enterError() {
 	q.e.state = Error
 	q.resp.clearTx()
 	q.comp.deadline = 0
+	q.comp.fastDeadline = 0
 	q.flush()
 }
 
@@ -336,6 +339,9 @@ func (q *QP) initEngines() {
 // deadline returns the earliest timer of the QP (0: none).
 func (q *QP) deadline() int64 {
 	d := q.comp.deadline
+	if f := q.comp.fastDeadline; f != 0 && (d == 0 || f < d) {
+		d = f
+	}
 	if r := q.req.rnrUntil; r != 0 && (d == 0 || r < d) {
 		d = r
 	}

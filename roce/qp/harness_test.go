@@ -290,7 +290,7 @@ func (p *pair) poll(e *end, n int) []WC {
 		return len(got) >= n
 	}, 1_000_000)
 	if len(got) < n {
-		p.tb.Fatalf("%s: %d completions, want %d: %+v", e.name, len(got), n, got)
+		p.tb.Fatalf("%s: %d completions, want %d: %+v\n%s\n%s\nnow %d", e.name, len(got), n, got, p.a.q.dump(), p.b.q.dump(), p.now)
 	}
 	return got
 }

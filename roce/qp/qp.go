@@ -52,6 +52,9 @@ type Config struct {
 	// SendWindow bounds the unacknowledged PSNs of an RC requester (0:
 	// DefaultSendWindow). A READ counts one PSN per response packet.
 	SendWindow int
+	// FixedWindow keeps the send window at SendWindow; by default it halves
+	// on loss and grows back (see the package documentation).
+	FixedWindow bool
 }
 
 // A QP is a queue pair. See the package documentation for which methods may
@@ -67,6 +70,7 @@ type QP struct {
 	maxSGE    int
 	maxInline int
 	window    uint32
+	fixedWin  bool
 
 	// Application side, guarded by mu.
 	mu        sync.Mutex
@@ -158,7 +162,7 @@ func New(cfg Config) (*QP, error) {
 	q := &QP{
 		typ: cfg.Type, qpn: cfg.QPN, pd: cfg.PD, tbl: cfg.Table, scq: cfg.SendCQ, rcq: cfg.RecvCQ,
 		maxSendWR: cfg.MaxSendWR, maxRecvWR: cfg.MaxRecvWR, maxSGE: cfg.MaxSGE,
-		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow),
+		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow), fixedWin: cfg.FixedWindow,
 		state: Reset,
 	}
 	ns, nr := ringSize(cfg.MaxSendWR), ringSize(cfg.MaxRecvWR)

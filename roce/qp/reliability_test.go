@@ -3,8 +3,10 @@ package qp
 import (
 	"bytes"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -241,14 +243,22 @@ func TestAtomicExactlyOnceUnderDuplication(t *testing.T) {
 	}
 }
 
+var faultSeeds = flag.Int("fault-seeds", 0, "run TestFaults with this many seeds (from 100)")
+
 // TestFaults runs mixed traffic through loss, reorder, duplication and
 // corruption and checks every byte and the atomic counter.
 func TestFaults(t *testing.T) {
-	seeds := []uint64{1, 2, 3}
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
 	rounds := 40
 	if *long {
-		seeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+		seeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 		rounds = 400
+	}
+	if *faultSeeds > 0 {
+		seeds = seeds[:0]
+		for i := range *faultSeeds {
+			seeds = append(seeds, uint64(100+i))
+		}
 	}
 	for _, seed := range seeds {
 		for _, mtu := range []wire.MTU{wire.MTU256, wire.MTU1024, wire.MTU4096} {
@@ -273,6 +283,17 @@ func mixedTraffic(t *testing.T, p *pair, rounds int, seed uint64) {
 	bm, bbuf := p.b.reg(t, size+8, allAcc)
 	r := rand.New(rand.NewPCG(seed, 99))
 	var counter uint64
+	var trace []string // the last frames, for failures
+	p.tap = func(from *end, f []byte) {
+		var pk wire.Packet
+		if pk.Decode(f) != nil {
+			return
+		}
+		if len(trace) == 80 {
+			trace = trace[1:]
+		}
+		trace = append(trace, fmt.Sprintf("%d %s %v psn %#x ackreq %v %v orig %d", p.now, from.name, pk.BTH.Opcode, pk.BTH.PSN, pk.BTH.AckReq, pk.AETH, pk.AtomicAck.Orig))
+	}
 	for round := range rounds {
 		n := 1 + r.IntN(64<<10)
 		off := r.IntN(size - 8 - (64 << 10) - n) // below the READ destination
@@ -300,7 +321,7 @@ func mixedTraffic(t *testing.T, p *pair, rounds int, seed uint64) {
 		}
 		w := p.poll(p.a, 1)
 		if w[0].Status != WCSuccess || w[0].ID != 4 {
-			t.Fatalf("round %d: WC %+v", round, w)
+			t.Fatalf("round %d: WC %+v\n%s\n%s\n%s", round, w, p.a.q.dump(), p.b.q.dump(), strings.Join(trace, "\n"))
 		}
 		wb := p.poll(p.b, 2)
 		if wb[0].Status != WCSuccess || wb[0].Opcode != WCRecvRDMAWithImm || wb[0].ImmData != uint32(round) ||

@@ -63,6 +63,9 @@ const (
 // lack of transmit buffers or budget.
 func (q *QP) reqProgress(out Output) bool {
 	r := &q.req
+	if wire.PSNBefore(r.psn, q.comp.ackPSN) {
+		q.rewind(q.comp.ackPSN) // responses answered what was queued for resending
+	}
 	budget := reqBudget
 	st := reqGetWQE
 	var status WCStatus
@@ -107,9 +110,12 @@ func (q *QP) reqGetWQE() reqState {
 		return reqDone
 	}
 	r.w = &q.sq[r.idx&q.sqMask]
-	if r.w.done { // acknowledged while queued for resending
+	if r.w.done { // answered while queued for resending
 		r.idx++
 		r.off = 0
+		if next := wire.PSNAdd(r.w.lastPSN, 1); wire.PSNBefore(r.psn, next) {
+			r.psn = next
+		}
 		return reqGetWQE
 	}
 	if !r.w.started {
@@ -164,7 +170,7 @@ func (q *QP) reqCheckWindow() reqState {
 		}
 		r.rnrUntil = 0
 	}
-	if uint32(wire.PSNDiff(r.psn, q.comp.ackPSN)) >= q.window {
+	if uint32(wire.PSNDiff(r.psn, q.comp.ackPSN)) >= q.comp.cwnd {
 		return reqWait
 	}
 	return reqBuild
@@ -288,8 +294,8 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 	}
 	if q.typ == RC {
 		r.sinceAckReq++
-		full := uint32(wire.PSNDiff(r.psn, q.comp.ackPSN))+1 >= q.window
-		if last || full || r.sinceAckReq >= ackReqEvery {
+		full := uint32(wire.PSNDiff(r.psn, q.comp.ackPSN))+1 >= q.comp.cwnd
+		if last || full || r.sinceAckReq >= min(ackReqEvery, max(q.comp.cwnd/4, 8)) {
 			p.BTH.AckReq = true
 			r.sinceAckReq = 0
 		}
@@ -301,8 +307,12 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 // reqAdvance moves past the packet just sent.
 func (q *QP) reqAdvance() {
 	r, w := &q.req, q.req.w
-	if r.sent && wire.PSNBefore(r.psn, r.maxPSN) {
+	resent := r.sent && wire.PSNBefore(r.psn, r.maxPSN)
+	if resent {
 		q.stats.inc(CtrRetransmits)
+	}
+	if q.typ == RC && q.e.pkt.BTH.AckReq {
+		q.comp.sentAckReq(q, r.psn, resent)
 	}
 	switch {
 	case w.opcode == WRRDMARead:
@@ -337,7 +347,11 @@ func (q *QP) reqAdvance() {
 func (q *QP) rewind(psn uint32) {
 	r := &q.req
 	posted := q.sqPosted.Load()
+	if wire.PSNBefore(psn, q.comp.ackPSN) {
+		psn = q.comp.ackPSN // never resend what is acknowledged
+	}
 	r.sinceAckReq = 0
+	q.comp.sampling = false // no RTT samples from resent packets (Karn)
 	for i := q.comp.head; i != posted; i++ {
 		w := &q.sq[i&q.sqMask]
 		if !w.started {
