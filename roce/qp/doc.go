@@ -23,6 +23,28 @@
 // memory is looked up by key for every packet, so a deregistered region is
 // refused from the next packet on.
 //
+// # Engines
+//
+// Receive hands one decoded packet to the responder (requests) or the
+// completer (ACKs, NAKs, READ responses, atomic ACKs); it changes state and
+// produces completions but sends nothing. Progress sends: queued READ
+// responses and atomic ACKs, the pending ACK or NAK (one per batch of
+// Receives: ACKs are coalesced), then new and resent requests, and it fires
+// the timers. The device calls Progress for every QP that received frames,
+// whose doorbell rang, or whose deadline (Progress's result) has come.
+//
+// Reliability is go-back-N as IBA specifies it for RC: the responder
+// executes in PSN order, NAKs the first gap once and drops until the
+// missing PSN arrives; the requester resends from the NAKed PSN, from the
+// oldest unacknowledged PSN when the local ACK timer fires (retry_cnt
+// times, then IBV_WC_RETRY_EXC_ERR), after an RNR NAK's timer (rnr_retry
+// times, 7 = forever), or when a response shows an earlier one was lost.
+// Two additions keep lossy paths usable without changing the wire: the send
+// window halves on loss and grows back by one PSN per window acknowledged
+// (Config.FixedWindow turns this off), and an ACK asked for (AckReq) that
+// is overdue by twice the measured round trip triggers a resend without
+// waiting for the local ACK timeout (this does not spend retry_cnt).
+//
 // # Errors
 //
 // Post and Modify return errors for bad requests (wrong state, full queue,
