@@ -6,7 +6,9 @@
 // (or a caller-supplied source, for tests), are never 0 and are unique, so a
 // remote peer guessing an rkey hits a live region with probability about
 // regions/2^32. Deregistering a region removes its keys from the table at
-// once: a later lookup with a stale key fails with ErrInvalidKey.
+// once: a later lookup with a stale key fails with ErrInvalidKey, and the
+// rkey is not issued again (the table remembers the last DefaultRetiredKeys
+// released rkeys).
 //
 // The engine looks memory up with Table.Local and Table.Remote, which check the
 // key, the protection domain, the access flags and the bounds (with

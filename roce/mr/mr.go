@@ -77,6 +77,21 @@ func WithMaxMRs(n int) Option {
 	}
 }
 
+// DefaultRetiredKeys is how many released rkeys a Table remembers (and never
+// issues again) unless WithRetiredKeys says otherwise.
+const DefaultRetiredKeys = 1 << 16
+
+// WithRetiredKeys sets how many released rkeys (deregistered or invalidated)
+// the table remembers so that it never issues them again; the oldest are
+// forgotten first. 0 keeps the default.
+func WithRetiredKeys(n int) Option {
+	return func(t *Table) {
+		if n > 0 {
+			t.retiredMax = n
+		}
+	}
+}
+
 // WithRand draws keys from r instead of crypto/rand, so tests can be
 // deterministic. Keys stay non-zero and unique whatever r returns (a source
 // that keeps repeating itself makes Register fail).
@@ -93,15 +108,22 @@ type Table struct {
 	maxMRs int
 	rand   io.Reader
 	nMRs   int
+
+	// Released rkeys, not issued again: a set and its FIFO.
+	retired    map[uint32]struct{}
+	retiredQ   []uint32
+	retiredMax int
 }
 
 // NewTable returns an empty table.
 func NewTable(opts ...Option) *Table {
 	t := &Table{
-		lkeys:  make(map[uint32]*MR),
-		rkeys:  make(map[uint32]*MR),
-		maxMRs: DefaultMaxMRs,
-		rand:   rand.Reader,
+		lkeys:      make(map[uint32]*MR),
+		rkeys:      make(map[uint32]*MR),
+		maxMRs:     DefaultMaxMRs,
+		rand:       rand.Reader,
+		retired:    make(map[uint32]struct{}),
+		retiredMax: DefaultRetiredKeys,
 	}
 	for _, o := range opts {
 		o(t)
@@ -248,10 +270,10 @@ func (t *Table) insert(m *MR) error {
 		return fmt.Errorf("mr: register: %d regions: %w", t.maxMRs, ErrLimit)
 	}
 	var err error
-	if m.lkey, err = t.newKey(t.lkeys); err != nil {
+	if m.lkey, err = t.newKey(t.lkeys, nil); err != nil {
 		return err
 	}
-	if m.rkey, err = t.newKey(t.rkeys); err != nil {
+	if m.rkey, err = t.newKey(t.rkeys, t.retired); err != nil {
 		return err
 	}
 	t.lkeys[m.lkey] = m
@@ -260,8 +282,9 @@ func (t *Table) insert(m *MR) error {
 	return nil
 }
 
-// newKey draws a non-zero key not in used. Called with t.mu held.
-func (t *Table) newKey(used map[uint32]*MR) (uint32, error) {
+// newKey draws a non-zero key neither in used nor in retired. Called with
+// t.mu held.
+func (t *Table) newKey(used map[uint32]*MR, retired map[uint32]struct{}) (uint32, error) {
 	var b [4]byte
 	for range 64 {
 		if _, err := io.ReadFull(t.rand, b[:]); err != nil {
@@ -271,7 +294,10 @@ func (t *Table) newKey(used map[uint32]*MR) (uint32, error) {
 		if k == 0 {
 			continue
 		}
-		if _, dup := used[k]; !dup {
+		if _, dup := used[k]; dup {
+			continue
+		}
+		if _, old := retired[k]; !old {
 			return k, nil
 		}
 	}
@@ -291,8 +317,9 @@ func (m *MR) Deregister() error {
 	if t.lkeys[m.lkey] == m {
 		delete(t.lkeys, m.lkey)
 	}
-	if t.rkeys[m.rkey] == m { // not if invalidated and reused since
+	if t.rkeys[m.rkey] == m { // not if invalidated before
 		delete(t.rkeys, m.rkey)
+		t.retire(m.rkey)
 	}
 	t.nMRs--
 	t.mu.Unlock()
@@ -314,7 +341,18 @@ func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
 		return ErrPDMismatch
 	}
 	delete(t.rkeys, rkey)
+	t.retire(rkey)
 	return nil
+}
+
+// retire remembers a released rkey. Called with t.mu held.
+func (t *Table) retire(k uint32) {
+	if len(t.retiredQ) >= t.retiredMax {
+		delete(t.retired, t.retiredQ[0])
+		t.retiredQ = t.retiredQ[1:]
+	}
+	t.retired[k] = struct{}{}
+	t.retiredQ = append(t.retiredQ, k)
 }
 
 // Remote returns n bytes of registered memory at va for a peer holding rkey,

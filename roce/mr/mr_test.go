@@ -371,3 +371,45 @@ func BenchmarkRemoteLookup(b *testing.B) {
 		}
 	}
 }
+
+func TestReleasedRKeysNotReissued(t *testing.T) {
+	// A key source that offers the same few keys again and again.
+	src := &cycle{keys: []uint32{0x1111, 0x2222, 0x3333, 0x4444, 0x5555, 0x6666}}
+	tbl := mr.NewTable(mr.WithRand(src), mr.WithRetiredKeys(2))
+	pd := tbl.AllocPD()
+	m, err := pd.Register(make([]byte, 8), 0) // lkey 0x1111, rkey 0x2222
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RKey() != 0x2222 {
+		t.Fatalf("rkey %#x", m.RKey())
+	}
+	must(t, m.Deregister())
+	src.i = 0
+	m2, err := pd.Register(make([]byte, 8), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.RKey() == 0x2222 {
+		t.Fatal("a deregistered rkey was issued again")
+	}
+}
+
+type cycle struct {
+	keys []uint32
+	i    int
+}
+
+func (c *cycle) Read(p []byte) (int, error) {
+	k := c.keys[c.i%len(c.keys)]
+	c.i++
+	p[0], p[1], p[2], p[3] = byte(k), byte(k>>8), byte(k>>16), byte(k>>24)
+	return 4, nil
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
