@@ -34,8 +34,15 @@ func BenchmarkDataPathRead64K(b *testing.B) {
 
 func benchDataPath(b *testing.B, op qp.WROpcode, size, depth, mtu int) {
 	p, _, _ := newPipeDevices(b, pipe.Config{MTU: mtu, Depth: 4096, TxBuffers: 1024})
+	benchOps(b, p, op, size, depth)
+}
+
+// benchOps posts b.N work requests of one kind on an RC connection between
+// p.a and p.b, keeping depth outstanding, and reports msgs/s and Gb/s.
+func benchOps(b *testing.B, p *devPair, op qp.WROpcode, size, depth int) {
 	const nRecv = 128
-	x, y := connectRC(b, p, connCfg{bufSize: 2 << 20, maxWR: 256, cqDepth: 1024})
+	o := roce.DefaultConnectOptions() // timeout 14 (67 ms): a 1 ms timeout fires spuriously with 1 MiB in flight
+	x, y := connectRC(b, p, connCfg{bufSize: 2 << 20, maxWR: 256, cqDepth: 1024, opts: &o})
 	fill(x.buf, 1)
 	fill(y.buf, 2)
 	ctx := context.Background()
@@ -69,7 +76,7 @@ func benchDataPath(b *testing.B, op qp.WROpcode, size, depth, mtu int) {
 		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != qp.WCSuccess {
-				b.Fatalf("completion %+v (%v)", wc, wc.Status)
+				b.Fatalf("completion %+v (%v)\na: %+v\nb: %+v", wc, wc.Status, p.a.Stats(), p.b.Stats())
 			}
 		}
 		outstanding -= n
@@ -111,4 +118,5 @@ func benchDataPath(b *testing.B, op qp.WROpcode, size, depth, mtu int) {
 	el := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
+	b.ReportMetric(float64(b.N)*float64(size)*8/el.Seconds()/1e9, "Gb/s")
 }
