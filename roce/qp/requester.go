@@ -247,6 +247,11 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 	last := true
 	switch {
 	case w.opcode == WRRDMARead:
+		if wire.PSNBefore(r.psn, w.readPSN) { // responses came since the rewind
+			r.psn = w.readPSN
+			r.off = uint64(wire.PSNDiff(r.psn, w.firstPSN)) * uint64(e.pmtu)
+			p.BTH.PSN = r.psn
+		}
 		p.BTH.Opcode = wire.RCReadRequest
 		p.RETH = wire.RETH{VA: w.remoteAddr + r.off, RKey: w.rkey, DMALen: uint32(w.length - r.off)}
 	case w.opcode.isAtomic():
