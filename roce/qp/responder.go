@@ -231,7 +231,7 @@ func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
 				if st == WCSuccess {
 					st = nakStatus(k.syndrome)
 				}
-				q.completeRecv(st, 0, nil)
+				q.completeRecv(st)
 			}
 			q.fail()
 			return
@@ -527,8 +527,8 @@ func (q *QP) pushRecv(wc *WC) {
 }
 
 // completeRecv completes the receive WQE at the head in error.
-func (q *QP) completeRecv(st WCStatus, n uint32, _ *wire.Packet) {
-	wc := WC{ID: q.rq[q.resp.rqHead&q.rqMask].id, Status: st, Opcode: WCRecv, ByteLen: n, QPN: q.qpn}
+func (q *QP) completeRecv(st WCStatus) {
+	wc := WC{ID: q.rq[q.resp.rqHead&q.rqMask].id, Status: st, Opcode: WCRecv, QPN: q.qpn}
 	q.pushRecv(&wc)
 }
 
@@ -614,15 +614,15 @@ func (q *QP) respUD(k *respPkt) respState {
 	buildGRH(&grh, p)
 	n := uint64(len(p.Payload))
 	if GRHLen+n > rqe.length {
-		q.completeRecv(WCLocLenErr, 0, p)
+		q.completeRecv(WCLocLenErr)
 		return respDone
 	}
 	if st := q.sglCopy(rqe.sgl, 0, grh[:], true); st != WCSuccess {
-		q.completeRecv(st, 0, p)
+		q.completeRecv(st)
 		return respDone
 	}
 	if st := q.sglCopy(rqe.sgl, GRHLen, p.Payload, true); st != WCSuccess {
-		q.completeRecv(st, 0, p)
+		q.completeRecv(st)
 		return respDone
 	}
 	wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(GRHLen + n), GRH: true, QPN: q.qpn, SrcQPN: p.DETH.SrcQPN}
@@ -680,7 +680,7 @@ func (q *QP) respProgress(out Output) bool {
 				return false
 			}
 		} else {
-			for x.txOff < x.length || (x.length == 0 && x.txOff == 0 && x.queued) {
+			for { // at least one packet: a zero-length READ gets one empty response
 				if budget == 0 {
 					return false
 				}
@@ -692,7 +692,7 @@ func (q *QP) respProgress(out Output) bool {
 					return false
 				}
 				budget--
-				if x.length == 0 {
+				if x.txOff >= x.length {
 					break
 				}
 			}
@@ -784,8 +784,5 @@ func (q *QP) sendReadResponse(out Output, x *resource) (ok, fail bool) {
 	q.emit(out, buf, int(n))
 	x.txOff += n
 	x.txPSN = wire.PSNAdd(x.txPSN, 1)
-	if x.length == 0 {
-		x.txOff = 1 // sent the one empty response
-	}
 	return true, false
 }
