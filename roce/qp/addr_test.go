@@ -57,7 +57,7 @@ func TestIPv6AndVLAN(t *testing.T) {
 				}
 				for _, f := range frames {
 					if !f.IPv6 || !f.HasVLAN || f.VLANTCI != 0x0123 || f.FlowLabel != 0x12345 || f.TTL != 64 ||
-						f.SrcPort != wire.SourcePort(0x11, 0x12) {
+						(f.SrcPort != wire.SourcePortFromFlowLabel(0x12345)) {
 						t.Fatalf("frame %v: ipv6 %v vlan %v %#x flow %#x ttl %d sport %d", f.BTH.Opcode, f.IPv6, f.HasVLAN,
 							f.VLANTCI, f.FlowLabel, f.TTL, f.SrcPort)
 					}

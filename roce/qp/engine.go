@@ -116,7 +116,11 @@ func (q *QP) buildTemplate() {
 	e.pmtu = uint32(mtu.Bytes())
 	if q.typ != UD && e.attr.AV.SrcIP.IsValid() {
 		sport := e.attr.AV.SrcPort
-		if sport == 0 {
+		switch {
+		case sport != 0:
+		case e.attr.AV.FlowLabel != 0: // as rxe: the port follows a given flow label
+			sport = wire.SourcePortFromFlowLabel(e.attr.AV.FlowLabel)
+		default:
 			sport = wire.SourcePort(q.qpn, e.attr.DestQPN)
 		}
 		setAddr(&e.hdr, &e.attr.AV, sport)

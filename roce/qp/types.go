@@ -91,9 +91,10 @@ type AddressVector struct {
 	SrcIP, DstIP   netip.Addr // both IPv4 (or IPv4-mapped) or both IPv6
 	TOS, TTL       uint8      // TTL 0 means 64
 	FlowLabel      uint32     // IPv6 only
-	// SrcPort is the UDP source port; 0 derives it from the QPNs as rxe does
-	// (wire.SourcePort for RC/UC, wire.UDSourcePort for UD). The device sets
-	// it when its link forces one (link.Props.SrcPort).
+	// SrcPort is the UDP source port; 0 derives it as rxe does: from
+	// FlowLabel when that is set (wire.SourcePortFromFlowLabel), else from
+	// the QPNs (wire.SourcePort for RC/UC, wire.UDSourcePort for UD). The
+	// device sets it when its link forces one (link.Props.SrcPort).
 	SrcPort uint16
 	VLAN    uint16 // 802.1Q TCI; 0 for none
 }
