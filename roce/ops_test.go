@@ -283,7 +283,12 @@ func runUD(t *testing.T, p *devPair) {
 		SGL: []roce.SGE{x.sge(0, 500)}}, ah); err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff(roce.WC{ID: 2, Status: qp.WCSuccess, Opcode: qp.WCSend, QPN: x.qp.QPN()}, waitWC(t, x.scq)); d != "" {
+	swc := waitWC(t, x.scq)
+	want := roce.WC{ID: 2, Status: qp.WCSuccess, Opcode: qp.WCSend, ByteLen: 500, QPN: x.qp.QPN()}
+	if swc.ByteLen == 0 { // byte_len of a send completion is undefined in ibverbs; rxe reports the length
+		want.ByteLen = 0
+	}
+	if d := cmp.Diff(want, swc); d != "" {
 		t.Errorf("send completion (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff(roce.WC{ID: 1, Status: qp.WCSuccess, Opcode: qp.WCRecv, ByteLen: 540, ImmData: 42, WithImm: true,
