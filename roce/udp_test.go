@@ -79,6 +79,16 @@ func TestErrorPathsUDP(t *testing.T) {
 const childEnv = "XDPROCE_ROCE_CHILD_PORT"
 
 func TestMain(m *testing.M) {
+	if ifname := os.Getenv(openChildEnv); ifname != "" {
+		// Hold an AF_XDP device until killed (TestPrivilegedOpenAfterKill).
+		d, err := roce.Open(ifname, &roce.Options{Link: roce.LinkXSK})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("ready %s\n", d.LinkName())
+		select {}
+	}
 	if p := os.Getenv(childEnv); p != "" {
 		port, _ := strconv.Atoi(p)
 		if err := runChild(port); err != nil {

@@ -1,11 +1,19 @@
 package roce_test
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // openIn opens a device on the interface inside its namespace; it is closed
@@ -133,4 +141,72 @@ func TestPrivilegedXSKRelay(t *testing.T) {
 	if p.a.Stats().Retransmits == 0 {
 		t.Error("no retransmissions through a lossy relay")
 	}
+}
+
+const openChildEnv = "XDPROCE_ROCE_OPEN_CHILD_IF"
+
+// TestPrivilegedOpenAfterKill: a process holding an AF_XDP device is killed
+// with SIGKILL; afterwards no XDP program is left on the interface and a new
+// device opens on it at once and works.
+func TestPrivilegedOpenAfterKill(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := topo.A.NS.Command(ctx, exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), openChildEnv+"="+topo.A.Name)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready AF_XDP") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child: %q, %v; stderr: %s", line, err, stderr.String())
+	}
+	// The child is `ip netns exec` which exec'd the test binary: same pid.
+	if !xdpAttached(t, topo.A) {
+		t.Fatal("no XDP program on the interface while the child holds the device")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	killed := time.Now()
+	if xdpAttached(t, topo.A) {
+		t.Fatal("an XDP program is still attached after the holder was killed")
+	}
+	a := openIn(t, topo.A, roce.Options{Link: roce.LinkXSK})
+	t.Logf("reopened %s %v after the kill", a.LinkName(), time.Since(killed).Round(time.Millisecond))
+	b := openIn(t, topo.B, roce.Options{Link: roce.LinkXSK})
+	x, y := connectRC(t, &devPair{a: a, b: b}, connCfg{})
+	fill(x.buf[:5000], 3)
+	if err := x.qp.PostSend(roce.SendWR{ID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+		SGL: []roce.SGE{x.sge(0, 5000)}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, x.scq, 1, qp.WCSuccess)
+	if !bytes.Equal(y.buf[:5000], x.buf[:5000]) {
+		t.Fatal("data differs")
+	}
+}
+
+// xdpAttached reports whether `ip link` shows an XDP program on e.
+func xdpAttached(t *testing.T, e *netlab.Iface) bool {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", e.NS.Name, "-d", "link", "show", "dev", e.Name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip link show: %v: %s", err, out)
+	}
+	return strings.Contains(string(out), "prog/xdp")
 }
