@@ -60,8 +60,16 @@ func (c *Channel) ReadContext(ctx context.Context, p []byte) (int, error) {
 	}
 }
 
-// waiter backs off from yielding to sleeps of up to a millisecond.
+// waiter backs off from yielding the processor to sleeps of up to 200 µs: a
+// channel learns of progress only by polling (its peer's writes signal
+// nothing but completions), so a blocked call polls, cheaply at first.
 type waiter struct{ spins int }
+
+const (
+	waitSpins    = 500
+	waitMaxSleep = 200 * time.Microsecond
+	waitStep     = 10 * time.Microsecond
+)
 
 func (w *waiter) reset() { w.spins = 0 }
 
@@ -70,10 +78,10 @@ func (w *waiter) wait(ctx context.Context) error {
 		return err
 	}
 	w.spins++
-	if w.spins < 50 {
+	if w.spins < waitSpins {
 		runtime.Gosched()
 		return nil
 	}
-	time.Sleep(time.Duration(min(w.spins-49, 50)) * 20 * time.Microsecond)
+	time.Sleep(min(time.Duration(w.spins-waitSpins+1)*waitStep, waitMaxSleep))
 	return nil
 }

@@ -2,6 +2,7 @@ package enlarge
 
 import (
 	"encoding/hex"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -74,5 +75,47 @@ func FuzzDescribeControl(f *testing.F) {
 				t.Fatalf("ack does not round-trip")
 			}
 		}
+	})
+}
+
+// FuzzReceive feeds a channel arbitrary ring contents and immediate data, as
+// a broken or hostile peer could: it must fail with an error or carry on,
+// never panic.
+func FuzzReceive(f *testing.F) {
+	f.Add(AppendReq(nil, Req{Phase: 1, Size: 5000}), makeImm(immReq, ReqLen), true)
+	f.Add(AppendReq(nil, Req{Phase: 2, Size: 1}), makeImm(immReq, ReqLen), true)
+	f.Add([]byte("hello"), makeImm(immData, 5), true)
+	f.Add([]byte("hello"), makeImm(immMore, 5), true)
+	f.Add([]byte{}, creditImm(0, 3), true)
+	f.Add([]byte{}, immAck<<immKindShift|1, true)
+	f.Add([]byte("x"), uint32(0), false)
+	f.Fuzz(func(t *testing.T, slot []byte, imm uint32, hasImm bool) {
+		fa, fb := newFakePair(5)
+		defer func() { fa.close(); fb.close() }()
+		pool, err := NewPool(fa, 4, 512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := New(fa, pool, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Connect(Endpoint{RingAddr: 1, RingRKey: 1, MailboxAddr: 1, MailboxRKey: 1}); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			copy(c.rx.ring.Bytes()[int(c.rx.recvd%uint32(c.rx.slots))*c.rx.slotSize:], slot[:min(len(slot), c.rx.slotSize)])
+			c.mu.Lock()
+			err = c.complete(&Completion{ID: wrID(idRecv, 0, 0), Kind: CompRecvImm, Imm: imm, HasImm: hasImm})
+			c.mu.Unlock()
+			if err != nil {
+				break
+			}
+			buf := make([]byte, 300000)
+			if _, _, err := c.Recv(buf); err != nil && !errors.Is(err, ErrTransport) && c.err == nil {
+				t.Fatalf("Recv: %v", err)
+			}
+		}
+		c.Close()
 	})
 }
