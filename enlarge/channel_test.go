@@ -729,3 +729,26 @@ func TestEagerPathAllocatesNothing(t *testing.T) {
 		t.Errorf("eager send+receive allocates %.1f times per message", a)
 	}
 }
+
+func TestThresholdConfigurable(t *testing.T) {
+	for _, tc := range []struct {
+		pct, size int
+		eager     bool
+	}{
+		{80, 409, true}, {80, 410, false}, // 80 % of 512 = 409.6
+		{90, 460, true}, {90, 461, false},
+		{100, 512, true}, {100, 513, false},
+	} {
+		p := newPair(t, &Config{Threshold: tc.pct})
+		n, err := p.a.Send([][]byte{payload(tc.size, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n == tc.size; got != tc.eager {
+			t.Errorf("threshold %d%%, %d B: Send = %d, want eager=%v", tc.pct, tc.size, n, tc.eager)
+		}
+		if s := p.a.Stats(); (s.SendState == StateRequested) == tc.eager {
+			t.Errorf("threshold %d%%, %d B: state %v", tc.pct, tc.size, s.SendState)
+		}
+	}
+}
