@@ -124,11 +124,18 @@ func TestLabEagerPathAllocatesNothing(t *testing.T) {
 	for range 50 {
 		round()
 	}
-	total = 0
-	for range 200 {
-		round()
+	// The counter is process-wide: goroutines left over from earlier tests
+	// may allocate during a trial, so one clean trial of three is required
+	// (an allocation per message would spoil every trial).
+	var trials []uint64
+	for range 3 {
+		total = 0
+		for range 200 {
+			round()
+		}
+		if trials = append(trials, total); total == 0 {
+			return
+		}
 	}
-	if total != 0 {
-		t.Errorf("eager send + receive over roce/qp: %d allocations in 200 messages", total)
-	}
+	t.Errorf("eager send + receive over roce/qp: %v allocations in three trials of 200 messages", trials)
 }
