@@ -49,6 +49,7 @@ func openUDPPair(tb testing.TB, ipA, ipB netip.Addr) (*udp.Link, *udp.Link, int)
 }
 
 func newUDPDevices(tb testing.TB) *devPair {
+	skipRace(tb)
 	la, lb, _ := openUDPPair(tb, loA, loB)
 	return newDevicesAt(tb, la, lb, loA, loB)
 }
@@ -210,6 +211,7 @@ func runChild(port int) error {
 }
 
 func TestTwoProcessesUDP(t *testing.T) {
+	skipRace(t)
 	la, lc, port := openUDPPair(t, loA, loC)
 	lc.Close() // the child binds 127.0.0.3 at this port
 	dev, err := roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{loA}})

@@ -20,6 +20,7 @@ import (
 // when the test ends.
 func openIn(t *testing.T, e *netlab.Iface, o roce.Options) *roce.Device {
 	t.Helper()
+	skipRace(t)
 	var d *roce.Device
 	if err := e.NS.Do(func() error {
 		var err error
