@@ -43,7 +43,7 @@ func LoopbackPair(port int, capA io.Writer) (a, b *roce.Device, err error) {
 // Wake costs that much and not a hang. link/udp's Wake coalescing can lose
 // a wake-up: a Wake between Wait's clearing of its flag and its draining of
 // the eventfd leaves the flag set with the eventfd empty, and every later
-// Wake is then skipped.
+// Wake is then skipped. (Found while writing this package; reported.)
 type boundedWait struct{ link.Link }
 
 const maxWait = 2 * time.Millisecond

@@ -176,13 +176,25 @@ func (q *qpConn) wait(ctx context.Context, wcs []roce.WC) (roce.WC, error) {
 }
 
 func (q *qpConn) close() {
-	if q.qp != nil {
-		q.qp.Destroy()
-	}
+	// Deregister first: the peer's rkey is refused from here on.
 	if q.mr != nil {
 		q.mr.Deregister()
 	}
-	if q.pd != nil {
-		q.pd.Dealloc()
+	qp, pd := q.qp, q.pd
+	if qp == nil {
+		if pd != nil {
+			pd.Dealloc()
+		}
+		return
 	}
+	// QP.Destroy waits for two rounds of the device's progress engine but
+	// wakes it only once, so on an idle device it returns only when other
+	// traffic (or Device.Close) runs the engine again. Destroy in the
+	// background: the queue pair goes to the error state at once either way.
+	go func() {
+		qp.Destroy()
+		if pd != nil {
+			pd.Dealloc()
+		}
+	}()
 }

@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/roce"
+)
+
+// permissionHint ends errors caused by missing privileges.
+const permissionHint = "run as root, or grant the binary CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK " +
+	"(sudo setcap cap_net_admin,cap_net_raw,cap_bpf,cap_ipc_lock+ep ./bin/xdproce), or use --link udp"
+
+// linkFlag is --link auto|xsk|udp.
+type linkFlag struct{ kind roce.LinkKind }
+
+func (l *linkFlag) String() string {
+	if l == nil {
+		return "auto"
+	}
+	return l.kind.String()
+}
+
+func (l *linkFlag) Set(s string) error {
+	k, err := roce.ParseLinkKind(s)
+	if err != nil {
+		return fmt.Errorf("unknown link %q (want auto, xsk or udp)", s)
+	}
+	l.kind = k
+	return nil
+}
+
+// deviceFlags are the flags of the commands that open a device.
+type deviceFlags struct {
+	dev     string
+	link    linkFlag
+	capture string
+}
+
+func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
+	if needDev {
+		fs.StringVar(&d.dev, "dev", "", "network `interface` to run RoCEv2 on (required)")
+	}
+	fs.Var(&d.link, "link", "frame `path`: auto (AF_XDP when privileged, else kernel UDP), xsk (AF_XDP only) or udp")
+	fs.StringVar(&d.capture, "capture", "", "write every RoCE frame sent and received to `FILE` (pcapng; read it with 'xdproce dump' or Wireshark)")
+}
+
+// device is an open roce.Device with its capture file.
+type device struct {
+	*roce.Device
+	capFile *os.File
+	capBuf  *bufio.Writer
+	capName string
+}
+
+// openDevice opens the interface of the flags. cmd names the command for
+// usage errors.
+func openDevice(cmd string, d *deviceFlags) (*device, error) {
+	if d.dev == "" {
+		return nil, usageErrorf(cmd, "--dev IF is required")
+	}
+	if _, err := net.InterfaceByName(d.dev); err != nil {
+		return nil, fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", d.dev)
+	}
+	out := &device{}
+	o := &roce.Options{Link: d.link.kind}
+	if d.capture != "" {
+		f, err := os.Create(d.capture)
+		if err != nil {
+			return nil, fmt.Errorf("capture: %w", err)
+		}
+		out.capFile, out.capName = f, d.capture
+		out.capBuf = bufio.NewWriterSize(f, 1<<20)
+		o.Capture = out.capBuf
+	}
+	dev, err := roce.Open(d.dev, o)
+	if err != nil {
+		if out.capFile != nil {
+			out.capFile.Close()
+			os.Remove(out.capName)
+		}
+		return nil, withPermissionHint(err)
+	}
+	out.Device = dev
+	return out, nil
+}
+
+// Close closes the device and then its capture file.
+func (d *device) Close() error {
+	err := d.Device.Close()
+	if d.capFile != nil {
+		if ferr := d.capBuf.Flush(); err == nil && ferr != nil {
+			err = fmt.Errorf("capture: %w", ferr)
+		}
+		if cerr := d.capFile.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("capture: %w", cerr)
+		}
+	}
+	return err
+}
+
+// withPermissionHint appends how to get the privileges an error lacked.
+func withPermissionHint(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(err.Error(), "operation not permitted") {
+		return fmt.Errorf("%w; %s", err, permissionHint)
+	}
+	return err
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// progressBar draws "[=====>    ]  45%  28.8/64.0 MiB  2.31 Gb/s  ETA 0:02"
+// on a terminal, at most ten times a second.
+type progressBar struct {
+	w     io.Writer
+	label string
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+func newProgress(w io.Writer, label string) *progressBar {
+	if !isTerminal(w) {
+		return nil
+	}
+	return &progressBar{w: w, label: label, start: time.Now()}
+}
+
+// update is an xfer.Options.Progress function.
+func (p *progressBar) update(done, total int64) {
+	now := time.Now()
+	if done < total && now.Sub(p.last) < 100*time.Millisecond {
+		return
+	}
+	p.last = now
+	frac := 1.0
+	if total > 0 {
+		frac = float64(done) / float64(total)
+	}
+	const width = 24
+	bar := strings.Repeat("=", int(frac*width))
+	if len(bar) < width {
+		bar += ">" + strings.Repeat(" ", width-len(bar)-1)
+	}
+	el := now.Sub(p.start).Seconds()
+	rate, eta := 0.0, "--:--"
+	if el > 0 && done > 0 {
+		rate = float64(done) * 8 / el / 1e9
+		left := time.Duration(float64(total-done) / (float64(done) / el) * float64(time.Second))
+		eta = fmt.Sprintf("%d:%02d", int(left.Minutes()), int(left.Seconds())%60)
+	}
+	fmt.Fprintf(p.w, "\r%s [%s] %3.0f%%  %s/%s  %.2f Gb/s  ETA %s ", p.label, bar, frac*100,
+		humanBytes(done), humanBytes(total), rate, eta)
+	p.drawn = true
+}
+
+// finish ends the bar's line.
+func (p *progressBar) finish() {
+	if p != nil && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// humanBytes writes n with a binary unit and one decimal: "64.0 MiB".
+func humanBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+}

@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/xdproce/xdproce/internal/xfer"
+)
+
+var serveCommand = &Command{
+	Name:       "serve",
+	ShortUsage: "xdproce serve --dev IF [--dir DIR] [--listen ADDR] [--link auto|xsk|udp] [--capture FILE]",
+	ShortHelp:  "accept file transfers (send, get) and benchmarks from peers",
+	LongHelp: `Serve attaches to the interface at start-up (AF_XDP with the XDP steering
+program when privileged, else kernel UDP sockets; --link chooses) and accepts
+requests from other xdproce processes on a TCP control port (default 18515):
+files sent with 'xdproce send' land as DIR/NAME, files asked for with
+'xdproce get' are read from DIR, and 'xdproce bench' finds its peer here.
+
+A received file is written under a temporary name in DIR and renamed to NAME
+only when it is complete and its SHA-256 matches the sender's: a partial
+file never appears under the final name. Names with directories or a
+leading dot are refused.
+
+Serve prints one line per finished request on stdout (with --json one JSON
+object per line: op, name, size, sha256, seconds, gbps, link, peer_link,
+path_mtu, error) and runs until interrupted (Ctrl-C).
+
+EXAMPLES
+  sudo xdproce serve --dev eth1 --dir /srv/incoming
+  xdproce serve --dev eth1 --link udp --listen 198.51.100.1:18515
+  sudo xdproce serve --dev eth1 --capture server.pcapng`,
+	Setup: setupServe,
+}
+
+func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
+	var df deviceFlags
+	df.register(fs, true)
+	dir := fs.String("dir", ".", "`directory` received files land in and files are served from")
+	listen := fs.String("listen", fmt.Sprintf(":%d", xfer.DefaultPort), "TCP `address` of the control port")
+	jsonOut := fs.Bool("json", false, "print one JSON object per finished request")
+	return func(ctx context.Context, args []string) error {
+		const cmd = "xdproce serve"
+		if len(args) != 0 {
+			return usageErrorf(cmd, "unexpected argument %q", args[0])
+		}
+		if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--dir %s: not a directory", *dir)
+		}
+		dev, err := openDevice(cmd, &df)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := dev.Close(); err != nil {
+				env.Log.Warn("close", "err", err)
+			}
+			if df.capture != "" {
+				fmt.Fprintf(env.Stderr, "capture written to %s\n", df.capture)
+			}
+		}()
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		fmt.Fprintf(env.Stderr, "serving on %s over %s (%s), path MTU %d; control port %s; files in %s\n",
+			dev.Name(), dev.LinkName(), dev.LinkReason(), dev.PathMTU().Bytes(), ln.Addr(), *dir)
+		var mu sync.Mutex
+		s := &xfer.Server{Dev: dev.Device, Dir: *dir, Options: &xfer.Options{Log: env.Log},
+			Done: func(op string, res xfer.Result, err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				printServed(env, *jsonOut, op, res, err)
+			}}
+		return s.Serve(ctx, ln)
+	}
+}
+
+func printServed(env *Env, asJSON bool, op string, res xfer.Result, err error) {
+	if asJSON {
+		rec := struct {
+			Op string `json:"op"`
+			xfer.Result
+			Error string `json:"error,omitempty"`
+		}{Op: op, Result: res}
+		if err != nil {
+			rec.Error = err.Error()
+		}
+		b, _ := json.Marshal(rec)
+		fmt.Fprintf(env.Stdout, "%s\n", b)
+		return
+	}
+	verb := map[string]string{"put": "received", "get": "sent", "bench": "benchmark"}[op]
+	if verb == "" {
+		verb = op
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stdout, "%s %s failed: %v\n", verb, res.Name, err)
+		return
+	}
+	fmt.Fprintf(env.Stdout, "%s %s: %d bytes, sha256 %s, %.2f Gb/s by %s over %s\n",
+		verb, res.Name, res.Size, res.SHA256, res.Gbps, res.Op, res.Link)
+}

@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/xfer"
+)
+
+var sendCommand = &Command{
+	Name:       "send",
+	ShortUsage: "xdproce send --dev IF [--name NAME] [--json] HOST FILE",
+	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
+	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
+server's control port is not 18515) by RDMA WRITE into the server's
+registered buffer, a few megabytes at a time. The server stores it in its
+--dir as NAME (default: FILE's base name), under a temporary name until the
+SHA-256 it computed matches the one sent here. The control connection is
+retried for a few seconds while the server starts.
+
+On a terminal a progress bar with rate and ETA goes to stderr. The result
+goes to stdout: the size, the verified SHA-256, the throughput and the link
+that carried it (with --json as one object: name, size, sha256, seconds,
+gbps, link, peer_link, path_mtu, op).
+
+EXAMPLES
+  sudo xdproce send --dev eth1 198.51.100.1 ./disk.img
+  xdproce send --dev eth1 --link udp 198.51.100.1 notes.txt --name notes-v2.txt
+  sudo xdproce send --dev eth1 --capture send.pcapng 198.51.100.1:9000 data.bin`,
+	Setup: setupSend,
+}
+
+var getCommand = &Command{
+	Name:       "get",
+	ShortUsage: "xdproce get --dev IF [--json] HOST NAME [FILE]",
+	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
+	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
+server's registered buffer and writes it to FILE (default: NAME in the
+current directory; a directory means DIR/NAME). The data goes to a temporary
+file beside FILE, renamed to FILE only once the SHA-256 of what arrived
+matches the server's: a failed transfer leaves no partial file.
+
+On a terminal a progress bar with rate and ETA goes to stderr; the result goes
+to stdout (with --json as one object, as for send).
+
+EXAMPLES
+  sudo xdproce get --dev eth1 198.51.100.1 disk.img
+  sudo xdproce get --dev eth1 198.51.100.1 disk.img /tmp/copy.img
+  xdproce get --dev eth1 --link udp --json 198.51.100.1 notes.txt`,
+	Setup: setupGet,
+}
+
+func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
+	var df deviceFlags
+	df.register(fs, true)
+	name := fs.String("name", "", "store the file on the server as `NAME` (default: FILE's base name)")
+	jsonOut := fs.Bool("json", false, "print the result as JSON")
+	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
+	return func(ctx context.Context, args []string) error {
+		const cmd = "xdproce send"
+		if len(args) != 2 {
+			return usageErrorf(cmd, "want HOST FILE, got %d arguments", len(args))
+		}
+		host, path := args[0], args[1]
+		if *name == "" {
+			*name = filepath.Base(path)
+		}
+		if err := xfer.ValidName(*name); err != nil {
+			return usageErrorf(cmd, "--name: %v", err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("send: %s is not a regular file", path)
+		}
+		dev, err := openDevice(cmd, &df)
+		if err != nil {
+			return err
+		}
+		defer closeDevice(env, dev)
+		conn, err := xfer.Dial(ctx, host, *retry)
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		bar := newProgress(env.Stderr, *name)
+		o := &xfer.Options{Log: env.Log}
+		if bar != nil {
+			o.Progress = bar.update
+		}
+		res, err := xfer.Send(ctx, dev.Device, conn, f, st.Size(), *name, o)
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("send %s: %w", path, interrupted(ctx, err))
+		}
+		return printResult(env, *jsonOut, "sent", path, res)
+	}
+}
+
+func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
+	var df deviceFlags
+	df.register(fs, true)
+	jsonOut := fs.Bool("json", false, "print the result as JSON")
+	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
+	return func(ctx context.Context, args []string) error {
+		const cmd = "xdproce get"
+		if len(args) != 2 && len(args) != 3 {
+			return usageErrorf(cmd, "want HOST NAME [FILE], got %d arguments", len(args))
+		}
+		host, name := args[0], args[1]
+		if err := xfer.ValidName(name); err != nil {
+			return usageErrorf(cmd, "NAME: %v", err)
+		}
+		dst := name
+		if len(args) == 3 {
+			dst = args[2]
+			if st, err := os.Stat(dst); err == nil && st.IsDir() {
+				dst = filepath.Join(dst, name)
+			}
+		}
+		if st, err := os.Stat(filepath.Dir(dst)); err != nil || !st.IsDir() {
+			return fmt.Errorf("get: %s: directory does not exist", filepath.Dir(dst))
+		}
+		dev, err := openDevice(cmd, &df)
+		if err != nil {
+			return err
+		}
+		defer closeDevice(env, dev)
+		conn, err := xfer.Dial(ctx, host, *retry)
+		if err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+		bar := newProgress(env.Stderr, name)
+		o := &xfer.Options{Log: env.Log}
+		if bar != nil {
+			o.Progress = bar.update
+		}
+		res, err := xfer.Get(ctx, dev.Device, conn, name, dst, o)
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("get %s: %w", name, interrupted(ctx, err))
+		}
+		return printResult(env, *jsonOut, "received", dst, res)
+	}
+}
+
+func closeDevice(env *Env, dev *device) {
+	if err := dev.Close(); err != nil {
+		env.Log.Warn("close device", "err", err)
+	}
+	if dev.capName != "" {
+		fmt.Fprintf(env.Stderr, "capture written to %s\n", dev.capName)
+	}
+}
+
+// interrupted names Ctrl-C as the reason when the context ended.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		return errors.New("interrupted")
+	}
+	return err
+}
+
+func printResult(env *Env, asJSON bool, verb, path string, res xfer.Result) error {
+	if asJSON {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(env.Stdout, "%s\n", b)
+		return err
+	}
+	_, err := fmt.Fprintf(env.Stdout, "%s %s (%s): %d bytes, sha256 %s verified; %.2f Gb/s in %v by %s over %s, path MTU %d\n",
+		verb, path, res.Name, res.Size, res.SHA256, res.Gbps, res.Elapsed.Round(time.Millisecond), res.Op, res.Link, res.PathMTU)
+	return err
+}
