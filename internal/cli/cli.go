@@ -36,6 +36,10 @@ type Env struct {
 // commands is the table of subcommands, in the order the help lists them.
 var commands = []*Command{
 	dumpCommand,
+	serveCommand,
+	sendCommand,
+	getCommand,
+	demoCommand,
 }
 
 // UsageError is a mistake in the command line: an unknown subcommand or
