@@ -1,0 +1,344 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/link/xsk"
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+var infoCommand = &Command{
+	Name:       "info",
+	ShortUsage: "xdproce info [--json] [IF...]",
+	ShortHelp:  "show interfaces, addresses, GID tables and whether AF_XDP can run",
+	LongHelp: `Info lists the network interfaces (or the ones named) with their MTU and the
+RoCE path MTU it allows, MAC and IP addresses, receive queue count and
+driver, the GID table xdproce builds for each, and whether AF_XDP and native
+(driver) XDP are available there, and if not, why.
+
+The GID table follows rxe's order, so that rdma-core's '-g N' means the same
+GID: index 0 is the link-local fe80:: address made from the MAC (present even
+when IPv6 is off), index 1 the first IPv4 address as ::ffff:a.b.c.d, then the
+other addresses. Info only looks: it attaches nothing and opens no AF_XDP
+socket on an interface.
+
+JSON FORMAT
+  --json prints {"schema": 1, "privileged": BOOL, "privilege_note": STR,
+  "af_xdp_kernel": BOOL, "af_xdp_kernel_note": STR, "interfaces": [{"name",
+  "index", "mtu", "path_mtu", "mac", "up", "loopback", "addresses": [CIDR...],
+  "gids": [{"index", "gid"}], "queues", "driver", "xdp_attached_prog",
+  "af_xdp": {"available", "reason"}, "native_xdp": {"available",
+  "reason"}}]}. Field names are stable within schema 1.
+
+EXAMPLES
+  xdproce info
+  xdproce info eth1
+  xdproce info --json | jq '.interfaces[] | {name, gids}'`,
+	Setup: setupInfo,
+}
+
+// Drivers with native (driver-mode) XDP in mainline Linux, as far as we know;
+// other drivers get generic (skb) mode, which works but copies more.
+var nativeXDPDrivers = map[string]bool{
+	"veth": true, "virtio_net": true, "tun": true, "ixgbe": true, "ixgbevf": true, "i40e": true,
+	"ice": true, "igb": true, "igc": true, "mlx4_en": true, "mlx5_core": true, "bnxt_en": true,
+	"nfp": true, "qede": true, "ena": true, "gve": true, "hv_netvsc": true, "thunder-nicvf": true,
+	"dpaa2-eth": true, "sfc": true, "stmmac": true, "mvneta": true, "mvpp2": true, "fec": true,
+	"atlantic": true, "netdevsim": true, "cpsw": true, "enetc": true, "tsnep": true, "lan966x-switch": true,
+	"octeontx2-nicpf": true, "bond": true, "xennet": true, "vmxnet3": true, "virtio-net": true,
+}
+
+type infoReport struct {
+	Schema          int          `json:"schema"`
+	Privileged      bool         `json:"privileged"`
+	PrivilegeNote   string       `json:"privilege_note,omitempty"`
+	AFXDPKernel     bool         `json:"af_xdp_kernel"`
+	AFXDPKernelNote string       `json:"af_xdp_kernel_note,omitempty"`
+	Interfaces      []*ifaceInfo `json:"interfaces"`
+}
+
+type ifaceInfo struct {
+	Name       string     `json:"name"`
+	Index      int        `json:"index"`
+	MTU        int        `json:"mtu"`
+	PathMTU    int        `json:"path_mtu"`
+	MAC        string     `json:"mac,omitempty"`
+	Up         bool       `json:"up"`
+	Loopback   bool       `json:"loopback"`
+	Addresses  []string   `json:"addresses"`
+	GIDs       []gidEntry `json:"gids"`
+	Queues     int        `json:"queues,omitempty"`
+	Driver     string     `json:"driver,omitempty"`
+	XDPProg    uint32     `json:"xdp_attached_prog,omitempty"`
+	AFXDP      verdict    `json:"af_xdp"`
+	NativeXDP  verdict    `json:"native_xdp"`
+	addrPrefix []netip.Prefix
+}
+
+type gidEntry struct {
+	Index int    `json:"index"`
+	GID   string `json:"gid"`
+}
+
+type verdict struct {
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+func setupInfo(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
+	jsonOut := fs.Bool("json", false, "print JSON (schema 1, see JSON FORMAT)")
+	return func(ctx context.Context, args []string) error {
+		rep, err := gatherInfo(args)
+		if err != nil {
+			return err
+		}
+		if *jsonOut {
+			enc := json.NewEncoder(env.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep)
+		}
+		printInfo(env.Stdout, rep)
+		return nil
+	}
+}
+
+func gatherInfo(names []string) (*infoReport, error) {
+	rep := &infoReport{Schema: 1}
+	rep.Privileged, rep.PrivilegeNote = capabilities()
+	rep.AFXDPKernel, rep.AFXDPKernelNote = probeAFXDPSocket()
+	var ifs []net.Interface
+	if len(names) == 0 {
+		all, err := net.Interfaces()
+		if err != nil {
+			return nil, fmt.Errorf("list interfaces: %w", err)
+		}
+		ifs = all
+	} else {
+		for _, n := range names {
+			ifi, err := net.InterfaceByName(n)
+			if err != nil {
+				return nil, fmt.Errorf("unknown interface %q (see 'ip link')", n)
+			}
+			ifs = append(ifs, *ifi)
+		}
+	}
+	for _, ifi := range ifs {
+		rep.Interfaces = append(rep.Interfaces, describeIface(ifi, rep))
+	}
+	return rep, nil
+}
+
+func describeIface(ifi net.Interface, rep *infoReport) *ifaceInfo {
+	in := &ifaceInfo{Name: ifi.Name, Index: ifi.Index, MTU: ifi.MTU, Up: ifi.Flags&net.FlagUp != 0,
+		Loopback: ifi.Flags&net.FlagLoopback != 0, Addresses: []string{}}
+	in.PathMTU = wire.PathMTU(min(ifi.MTU, 9000)).Bytes()
+	if len(ifi.HardwareAddr) > 0 {
+		in.MAC = ifi.HardwareAddr.String()
+	}
+	var addrs []netip.Addr
+	if as, err := ifi.Addrs(); err == nil {
+		for _, a := range as {
+			if ipn, ok := a.(*net.IPNet); ok {
+				ip, _ := netip.AddrFromSlice(ipn.IP)
+				ones, _ := ipn.Mask.Size()
+				ip = ip.Unmap()
+				p := netip.PrefixFrom(ip, ones)
+				in.addrPrefix = append(in.addrPrefix, p)
+				in.Addresses = append(in.Addresses, p.String())
+				addrs = append(addrs, ip)
+			}
+		}
+	}
+	var mac [6]byte
+	copy(mac[:], ifi.HardwareAddr)
+	for i, g := range gidTable(mac, addrs) {
+		in.GIDs = append(in.GIDs, gidEntry{Index: i, GID: g.String()})
+	}
+	if n, err := xsk.QueueCount(ifi.Name); err == nil {
+		in.Queues = n
+	}
+	in.Driver = driverName(ifi.Name)
+	if l, err := netlink.LinkByIndex(ifi.Index); err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
+		in.XDPProg = l.Attrs().Xdp.ProgId
+	}
+	switch {
+	case !rep.AFXDPKernel:
+		in.AFXDP.Reason = rep.AFXDPKernelNote
+	case !rep.Privileged:
+		in.AFXDP.Reason = rep.PrivilegeNote
+	case in.XDPProg != 0:
+		in.AFXDP.Reason = fmt.Sprintf("another XDP program (id %d) is attached", in.XDPProg)
+	case len(ifi.HardwareAddr) != 6:
+		in.AFXDP.Reason = "not an Ethernet interface"
+	case !in.Up:
+		in.AFXDP = verdict{Available: true, Reason: "interface is down"}
+	default:
+		in.AFXDP.Available = true
+	}
+	switch {
+	case in.Loopback || len(ifi.HardwareAddr) != 6:
+		in.NativeXDP.Reason = "generic mode only on this kind of interface"
+	case in.Driver == "":
+		in.NativeXDP.Reason = "driver unknown; xdproce tries native and falls back to generic"
+	case nativeXDPDrivers[in.Driver]:
+		in.NativeXDP = verdict{Available: true, Reason: "driver " + in.Driver}
+	default:
+		in.NativeXDP.Reason = "driver " + in.Driver + " has no native XDP as far as xdproce knows; generic mode works"
+	}
+	return in
+}
+
+// gidTable orders GIDs as rxe does: the link-local GID from the MAC, the
+// first IPv4 address, then the other addresses, without duplicates.
+func gidTable(mac [6]byte, addrs []netip.Addr) []netip.Addr {
+	gids := []netip.Addr{roce.LinkLocalGID(mac)}
+	seen := map[netip.Addr]bool{gids[0]: true}
+	add := func(a netip.Addr) {
+		g := roce.GIDFromIP(a.WithZone(""))
+		if !seen[g] {
+			seen[g] = true
+			gids = append(gids, g)
+		}
+	}
+	for _, a := range addrs {
+		if a.Is4() {
+			add(a)
+			break
+		}
+	}
+	for _, a := range addrs {
+		add(a)
+	}
+	return gids
+}
+
+func driverName(ifname string) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	di, err := unix.IoctlGetEthtoolDrvinfo(fd, ifname)
+	if err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(di.Driver[:])
+}
+
+// probeAFXDPSocket opens (and closes) an AF_XDP socket.
+func probeAFXDPSocket() (bool, string) {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	switch {
+	case err == nil:
+		unix.Close(fd)
+		return true, ""
+	case errors.Is(err, unix.EAFNOSUPPORT):
+		return false, "the kernel has no AF_XDP (CONFIG_XDP_SOCKETS)"
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		return false, "AF_XDP sockets need CAP_NET_RAW"
+	}
+	return false, "AF_XDP socket: " + err.Error()
+}
+
+// capabilities reports whether the process has the capabilities AF_XDP
+// needs, and if not which it lacks (with the fix).
+func capabilities() (bool, string) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return os.Geteuid() == 0, "cannot read capabilities"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "CapEff:")
+		if !ok {
+			continue
+		}
+		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			break
+		}
+		var missing []string
+		for _, c := range []struct {
+			bit  uint
+			name string
+		}{{12, "CAP_NET_ADMIN"}, {13, "CAP_NET_RAW"}, {39, "CAP_BPF"}} {
+			if caps&(1<<c.bit) == 0 {
+				missing = append(missing, c.name)
+			}
+		}
+		if len(missing) > 0 {
+			return false, "missing " + strings.Join(missing, ", ") + "; " + permissionHint
+		}
+		return true, ""
+	}
+	return os.Geteuid() == 0, "cannot read capabilities"
+}
+
+func printInfo(w io.Writer, rep *infoReport) {
+	if !rep.Privileged {
+		fmt.Fprintf(w, "privileges: AF_XDP unavailable to this process (%s)\n\n", rep.PrivilegeNote)
+	}
+	for i, in := range rep.Interfaces {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		state := "down"
+		if in.Up {
+			state = "up"
+		}
+		fmt.Fprintf(w, "%s: index %d, %s, mtu %d (RoCE path MTU %d)", in.Name, in.Index, state, in.MTU, in.PathMTU)
+		if in.MAC != "" {
+			fmt.Fprintf(w, ", mac %s", in.MAC)
+		}
+		fmt.Fprintln(w)
+		if in.Driver != "" || in.Queues > 0 {
+			fmt.Fprintf(w, "  driver %s, %d rx queue(s)\n", orDash(in.Driver), in.Queues)
+		}
+		if len(in.Addresses) > 0 {
+			fmt.Fprintf(w, "  addresses: %s\n", strings.Join(in.Addresses, ", "))
+		}
+		fmt.Fprintf(w, "  AF_XDP: %s\n", yesNo(in.AFXDP))
+		fmt.Fprintf(w, "  native XDP: %s\n", yesNo(in.NativeXDP))
+		fmt.Fprintln(w, "  GID table (RoCEv2):")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, g := range in.GIDs {
+			fmt.Fprintf(tw, "    %d\t%s\n", g.Index, g.GID)
+		}
+		tw.Flush()
+	}
+}
+
+func yesNo(v verdict) string {
+	s := "no"
+	if v.Available {
+		s = "yes"
+	}
+	if v.Reason != "" {
+		s += " (" + v.Reason + ")"
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
