@@ -35,6 +35,7 @@ type Env struct {
 
 // commands is the table of subcommands, in the order the help lists them.
 var commands = []*Command{
+	infoCommand,
 	dumpCommand,
 	serveCommand,
 	sendCommand,
