@@ -286,13 +286,15 @@ func (q *QP) flush() {
 	for q.resp.rqHead != rposted {
 		r := &q.rq[q.resp.rqHead&q.rqMask]
 		wc := WC{ID: r.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
-		q.rcq.push(&wc)
 		q.resp.rqHead++
-		q.rqDone.Store(q.resp.rqHead)
+		q.rqDone.Store(q.resp.rqHead) // the slot is free before the WC shows
+		q.rcq.push(&wc)
 	}
 }
 
 // retire completes done send WQEs in order: a WC for signaled or failed ones.
+// The WQE's slot is released (sqDone) before its WC is pushed, so an
+// application that reposts as soon as it polls the WC finds room.
 func (q *QP) retire() {
 	c := &q.comp
 	posted := q.sqPosted.Load()
@@ -301,19 +303,20 @@ func (q *QP) retire() {
 		if !w.done {
 			break
 		}
-		if w.status != WCSuccess || w.flags&Signaled != 0 {
-			wc := WC{ID: w.id, Status: w.status, Opcode: w.opcode.wcOpcode(), QPN: q.qpn}
-			if w.status == WCSuccess {
-				wc.ByteLen = uint32(w.length) // as rxe reports it for every send WC
-			}
-			q.scq.push(&wc)
+		signal := w.status != WCSuccess || w.flags&Signaled != 0
+		wc := WC{ID: w.id, Status: w.status, Opcode: w.opcode.wcOpcode(), QPN: q.qpn}
+		if w.status == WCSuccess {
+			wc.ByteLen = uint32(w.length) // as rxe reports it for every send WC
 		}
 		if w.started && w.opcode.isReadOrAtomic() && q.req.rdAtomic > 0 {
 			q.req.rdAtomic--
 		}
 		w.started = false
 		c.head++
-		q.sqDone.Store(c.head)
+		q.sqDone.Store(c.head) // from here the slot belongs to the poster
+		if signal {
+			q.scq.push(&wc)
+		}
 	}
 }
 

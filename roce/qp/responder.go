@@ -517,13 +517,15 @@ func (r *responder) newResource(kind resKind, first, last uint32) int {
 	return i
 }
 
-// pushRecv completes the receive WQE at the head of the receive queue.
+// pushRecv completes the receive WQE at the head of the receive queue. Its
+// slot is released (rqDone) before the WC is pushed, so an application that
+// reposts as soon as it polls the WC finds room.
 func (q *QP) pushRecv(wc *WC) {
 	r := &q.resp
-	q.rcq.push(wc)
 	r.rqHead++
-	q.rqDone.Store(r.rqHead)
 	r.recvOff = 0
+	q.rqDone.Store(r.rqHead)
+	q.rcq.push(wc)
 }
 
 // completeRecv completes the receive WQE at the head in error.

@@ -92,6 +92,9 @@ type CQ struct {
 	n      int
 	lost   uint64 // completions that did not fit
 	notify chan struct{}
+	// afterPush, set by tests only, runs after each completion is added
+	// (on the engine's goroutine, outside the lock).
+	afterPush func()
 }
 
 // NewCQ returns a completion queue holding up to depth completions
@@ -176,6 +179,9 @@ func (c *CQ) push(wc *WC) bool {
 	c.n++
 	c.mu.Unlock()
 	c.wake()
+	if c.afterPush != nil {
+		c.afterPush()
+	}
 	return true
 }
 
