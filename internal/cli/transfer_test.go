@@ -1,0 +1,440 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
+)
+
+// result of one run of the binary.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	return result{o.String(), e.String(), exitCode(err)}
+}
+
+func runBinary(t *testing.T, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	return runCmd(t, exec.CommandContext(ctx, binary, args...))
+}
+
+// oneErrorLine checks that a failed run printed exactly one line, starting
+// "xdproce: " and containing want, to stderr, and exited with code.
+func oneErrorLine(t *testing.T, what string, r result, code int, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if r.code != code || len(lines) != 1 || !strings.HasPrefix(lines[0], "xdproce: ") || !strings.Contains(lines[0], want) {
+		t.Errorf("%s: exit %d, stderr %q; want exit %d and one line with %q", what, r.code, r.stderr, code, want)
+	}
+}
+
+func writeFile(t *testing.T, path string, n int, seed uint64) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 1}).Read(b)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// noPartial fails when dir holds a temporary transfer file or name.
+func noPartial(t *testing.T, dir, name string) {
+	t.Helper()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".part") || name != "" && e.Name() == name {
+			t.Errorf("%s left in %s", e.Name(), dir)
+		}
+	}
+}
+
+func TestTransferUsageErrors(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "f")
+	writeFile(t, f, 10, 1)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"send", "--dev", "lo", "127.0.0.1"}, "want HOST FILE"},
+		{[]string{"send", "127.0.0.1", f}, "--dev IF is required"},
+		{[]string{"send", "--dev", "lo", "--link", "carrier-pigeon", "127.0.0.1", f}, `unknown link "carrier-pigeon"`},
+		{[]string{"send", "--dev", "lo", "127.0.0.1", f, "--name", "../etc/passwd"}, "--name"},
+		{[]string{"send", "--bogus", "--dev", "lo", "127.0.0.1", f}, "flag provided but not defined: -bogus"},
+		{[]string{"get", "--dev", "lo", "127.0.0.1"}, "want HOST NAME [FILE]"},
+		{[]string{"get", "--dev", "lo", "127.0.0.1", "a/b"}, "NAME"},
+		{[]string{"serve", "--dev", "lo", "extra"}, `unexpected argument "extra"`},
+		{[]string{"demo", "--size", "lots"}, `parse size "lots"`},
+		{[]string{"demo", "--link", "x"}, `unknown link "x"`},
+		{[]string{"info", "--bogus"}, "flag provided but not defined"},
+	} {
+		oneErrorLine(t, strings.Join(tt.args, " "), runBinary(t, tt.args...), 2, tt.want)
+	}
+	for _, c := range []string{"serve", "send", "get", "demo", "info"} {
+		r := runBinary(t, c, "-h")
+		if r.code != 0 || !strings.Contains(r.stdout, "USAGE\n  xdproce "+c) || !strings.Contains(r.stdout, "EXAMPLES") {
+			t.Errorf("%s -h: exit %d, %q", c, r.code, r.stdout)
+		}
+	}
+}
+
+// TestTransferBadInput: failures before any transfer give one error line,
+// exit 1 and no file.
+func TestTransferBadInput(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	writeFile(t, f, 10, 1)
+	oneErrorLine(t, "missing file", runBinary(t, "send", "--dev", "lo", "--link", "udp", "127.0.0.1", filepath.Join(dir, "nope")), 1,
+		"no such file or directory")
+	oneErrorLine(t, "unknown interface", runBinary(t, "send", "--dev", "nosuch0", "127.0.0.1", f), 1, `unknown interface "nosuch0"`)
+	oneErrorLine(t, "unknown interface", runBinary(t, "get", "--dev", "nosuch0", "127.0.0.1", "f", filepath.Join(dir, "g")), 1, `unknown interface "nosuch0"`)
+	oneErrorLine(t, "serve into a missing directory", runBinary(t, "serve", "--dev", "lo", "--dir", filepath.Join(dir, "nope")), 1, "not a directory")
+	oneErrorLine(t, "info of a missing interface", runBinary(t, "info", "nosuch0"), 1, `unknown interface "nosuch0"`)
+	noPartial(t, dir, "g")
+}
+
+// TestInfoJSON: the loopback interface's GID table follows rxe's order.
+func TestInfoJSON(t *testing.T) {
+	r := runBinary(t, "info", "--json", "lo")
+	if r.code != 0 {
+		t.Fatalf("info: exit %d: %s", r.code, r.stderr)
+	}
+	var rep infoReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if rep.Schema != 1 || len(rep.Interfaces) != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	lo := rep.Interfaces[0]
+	if lo.Name != "lo" || !lo.Loopback || lo.AFXDP.Available || len(lo.GIDs) < 2 ||
+		lo.GIDs[0].GID != "fe80::200:ff:fe00:0" || lo.GIDs[1].GID != "::ffff:127.0.0.1" {
+		t.Errorf("lo: %+v", lo)
+	}
+}
+
+// TestDemoUnprivileged runs the demo as an unprivileged user: it says so and
+// moves the data over link/udp on loopback; the capture it writes verifies.
+func TestDemoUnprivileged(t *testing.T) {
+	dir, err := os.MkdirTemp("", "xdproce-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := binary
+	cmdFor := func(args ...string) *exec.Cmd { return exec.Command(bin, args...) }
+	if os.Geteuid() == 0 {
+		// Drop to nobody: the binary and the output directory must be
+		// reachable for it.
+		bin = filepath.Join(dir, "xdproce")
+		data, err := os.ReadFile(binary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, 0o777)
+		cmdFor = func(args ...string) *exec.Cmd {
+			c := exec.Command(bin, args...)
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			c.Env = append(os.Environ(), "TMPDIR="+dir)
+			return c
+		}
+	}
+	capPath := filepath.Join(dir, "demo.pcapng")
+	r := runCmd(t, cmdFor("demo", "--size", "3MiB", "--capture", capPath))
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"not running as root", "verified", "link: UDP", "Gb/s", "capture: " + capPath, "every ICRC good"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if v := runBinary(t, "dump", "--verify", capPath); v.code != 0 {
+		t.Errorf("dump --verify %s: exit %d: %s", capPath, v.code, v.stderr)
+	}
+}
+
+// server is 'xdproce serve' running in a lab namespace.
+type server struct {
+	cmd  *exec.Cmd
+	dir  string
+	out  bytes.Buffer
+	errb bytes.Buffer
+	done chan error
+}
+
+func startServer(t *testing.T, topo *netlab.Topo, extra ...string) *server {
+	t.Helper()
+	s := &server{dir: t.TempDir(), done: make(chan error, 1)}
+	args := append([]string{"serve", "--dev", topo.A.Name, "--dir", s.dir, "--link", "xsk"}, extra...)
+	s.cmd = topo.A.NS.Command(context.Background(), binary, args...)
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop interrupts the server (a no-op once it has exited).
+func (s *server) stop(t *testing.T) {
+	if s.cmd.ProcessState != nil || s.done == nil {
+		return
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+		t.Errorf("serve did not exit on SIGINT; stderr %s", s.errb.String())
+	}
+	s.done = nil
+}
+
+func (s *server) kill() {
+	s.cmd.Process.Kill()
+	<-s.done
+	s.done = nil
+}
+
+func clientCmd(topo *netlab.Topo, args ...string) *exec.Cmd {
+	full := append([]string{args[0], "--dev", topo.B.Name, "--link", "xsk"}, args[1:]...)
+	return topo.B.NS.Command(context.Background(), binary, full...)
+}
+
+// TestPrivilegedSendGet: files of 0 B, 1 B, 1 MiB and 100 MiB go by RDMA
+// WRITE and come back by RDMA READ byte-exact between two namespaces over
+// AF_XDP; the results name the link and the SHA-256; the captures both
+// commands write pass dump --verify.
+func TestPrivilegedSendGet(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	s := startServer(t, topo)
+	srcDir, backDir := t.TempDir(), t.TempDir()
+	host := topo.A.IPv4.String()
+	sizes := []int{0, 1, 1 << 20, 100 << 20}
+	if testing.Short() {
+		sizes[3] = 8 << 20
+	}
+	for i, n := range sizes {
+		name := "file" + string(rune('0'+i))
+		src := filepath.Join(srcDir, name)
+		data := writeFile(t, src, n, uint64(i))
+		sum := sha256.Sum256(data)
+		capSend := filepath.Join(srcDir, name+".send.pcapng")
+		r := runCmd(t, clientCmd(topo, "send", "--json", "--capture", capSend, host, src))
+		if r.code != 0 {
+			t.Fatalf("send %d bytes: exit %d: %s\nserver: %s", n, r.code, r.stderr, s.errb.String())
+		}
+		var res struct {
+			Size   int64  `json:"size"`
+			SHA256 string `json:"sha256"`
+			Link   string `json:"link"`
+			Peer   string `json:"peer_link"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("send output %q: %v", r.stdout, err)
+		}
+		if res.Size != int64(n) || res.SHA256 != hexString(sum[:]) || !strings.HasPrefix(res.Link, "AF_XDP") || !strings.HasPrefix(res.Peer, "AF_XDP") {
+			t.Errorf("send %d bytes: result %+v", n, res)
+		}
+		if got, err := os.ReadFile(filepath.Join(s.dir, name)); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, n)
+		}
+		back := filepath.Join(backDir, name)
+		capGet := filepath.Join(srcDir, name+".get.pcapng")
+		r = runCmd(t, clientCmd(topo, "get", "--capture", capGet, host, name, backDir))
+		if r.code != 0 {
+			t.Fatalf("get %d bytes: exit %d: %s", n, r.code, r.stderr)
+		}
+		if !strings.Contains(r.stdout, hexString(sum[:])+" verified") || !strings.Contains(r.stdout, "RDMA READ over AF_XDP") {
+			t.Errorf("get output: %q", r.stdout)
+		}
+		if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("fetched %d bytes (%v), want %d byte-exact", len(got), err, n)
+		}
+		if n > 0 && n <= 1<<20 {
+			for _, c := range []string{capSend, capGet} {
+				if v := runBinary(t, "dump", "--verify", c); v.code != 0 || strings.Count(v.stdout, "\n") < 2 {
+					t.Errorf("dump --verify %s: exit %d, %d lines: %s", c, v.code, strings.Count(v.stdout, "\n"), v.stderr)
+				}
+			}
+		}
+		os.Remove(capSend)
+		os.Remove(capGet)
+		os.Remove(back)
+	}
+	noPartial(t, s.dir, "")
+	noPartial(t, backDir, "")
+	s.stop(t)
+	for _, want := range []string{"received file0: 0 bytes", "received file3:", "sent file2:"} {
+		if !strings.Contains(s.out.String(), want) {
+			t.Errorf("server output lacks %q:\n%s", want, s.out.String())
+		}
+	}
+}
+
+func hexString(b []byte) string {
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, 2*len(b))
+	for _, c := range b {
+		out = append(out, digits[c>>4], digits[c&15])
+	}
+	return string(out)
+}
+
+// TestPrivilegedTransferFailures: an unreachable host, a missing file on the
+// server, a server killed in the middle of a send and of a get, and a client
+// killed in the middle of a send: one error line, non-zero exit, no partial
+// file under the final name, and the server survives its clients.
+func TestPrivilegedTransferFailures(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	work := t.TempDir()
+	big := filepath.Join(work, "big")
+	writeFile(t, big, 100<<20, 7)
+
+	// Nobody listens on .99 (no ARP answer) nor on the peer before serve runs.
+	start := time.Now()
+	r := runCmd(t, clientCmd(topo, "send", "--connect-timeout", "1s", "198.51.100.99", big))
+	oneErrorLine(t, "unreachable host", r, 1, "connect 198.51.100.99:18515")
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("unreachable host took %v", d)
+	}
+	r = runCmd(t, clientCmd(topo, "get", "--connect-timeout", "500ms", topo.A.IPv4.String(), "big", work))
+	oneErrorLine(t, "no server", r, 1, "connection refused")
+	noPartial(t, work, "")
+
+	s := startServer(t, topo)
+	host := topo.A.IPv4.String()
+	r = runCmd(t, clientCmd(topo, "get", host, "nothere", work))
+	oneErrorLine(t, "missing file on the server", r, 1, `no file "nothere"`)
+	noPartial(t, work, "nothere")
+
+	// The client dies in the middle of a send: the server drops the
+	// temporary file and keeps serving.
+	c := clientCmd(topo, "send", host, big, "--name", "victim")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPart(t, s.dir)
+	c.Process.Kill()
+	c.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && hasPart(s.dir) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	noPartial(t, s.dir, "victim")
+
+	// Still serving: a small send works.
+	small := filepath.Join(work, "small")
+	writeFile(t, small, 1000, 3)
+	if r := runCmd(t, clientCmd(topo, "send", host, small)); r.code != 0 {
+		t.Fatalf("send after a killed client: exit %d: %s", r.code, r.stderr)
+	}
+	if err := os.WriteFile(filepath.Join(s.dir, "big"), mustRead(t, big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server dies in the middle of a get: the client fails with one
+	// line and leaves nothing.
+	getDir := t.TempDir()
+	c = clientCmd(topo, "get", host, "big", getDir)
+	var cerr bytes.Buffer
+	c.Stderr = &cerr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPart(t, getDir)
+	s.kill()
+	err := c.Wait()
+	oneErrorLine(t, "server killed during get", result{stderr: cerr.String(), code: exitCode(err)}, 1, "get big")
+	noPartial(t, getDir, "big")
+
+	// The server dies in the middle of a send.
+	s = startServer(t, topo)
+	c = clientCmd(topo, "send", host, big, "--name", "big2")
+	cerr.Reset()
+	c.Stderr = &cerr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPart(t, s.dir)
+	s.kill()
+	err = c.Wait()
+	oneErrorLine(t, "server killed during send", result{stderr: cerr.String(), code: exitCode(err)}, 1, "send "+big)
+	// The killed server could not remove its temporary file, but nothing
+	// appears under the final name.
+	if _, err := os.Stat(filepath.Join(s.dir, "big2")); !os.IsNotExist(err) {
+		t.Errorf("big2 exists after the server died: %v", err)
+	}
+}
+
+func hasPart(dir string) bool {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".part") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitPart waits until a temporary transfer file appears in dir.
+func waitPart(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !hasPart(dir) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no transfer started in %s", dir)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
