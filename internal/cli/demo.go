@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/internal/xfer"
 	"github.com/xdproce/xdproce/roce"
@@ -249,7 +249,7 @@ func (d *demo) loopback(ctx context.Context, src string) error {
 	if err := os.Mkdir(outDir, 0o755); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(xfer.LoopbackB, 0).String())
+	ln, err := cm.Listen(netip.AddrPortFrom(xfer.LoopbackB, 0).String(), nil)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -258,7 +258,7 @@ func (d *demo) loopback(ctx context.Context, src string) error {
 	srv := &xfer.Server{Dev: b, Dir: outDir, Options: &xfer.Options{Log: d.env.Log}}
 	go func() { serverDone <- srv.Serve(sctx, ln) }()
 	defer func() { stop(); <-serverDone }()
-	conn, err := xfer.Dial(ctx, ln.Addr().String(), 5*time.Second)
+	conn, err := cm.Dial(ctx, ln.Addr().String(), &cm.Config{Retry: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

@@ -5,16 +5,16 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/internal/xfer"
 )
 
 var serveCommand = &Command{
 	Name:       "serve",
-	ShortUsage: "xdproce serve --dev IF [--dir DIR] [--listen ADDR] [--link auto|xsk|udp] [--capture FILE]",
+	ShortUsage: "xdproce serve --dev IF [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE]] [--link auto|xsk|udp] [--capture FILE]",
 	ShortHelp:  "accept file transfers (send, get) and benchmarks from peers",
 	LongHelp: `Serve attaches to the interface at start-up (AF_XDP with the XDP steering
 program when privileged, else kernel UDP sockets; --link chooses) and accepts
@@ -34,7 +34,8 @@ path_mtu, error) and runs until interrupted (Ctrl-C).
 EXAMPLES
   sudo xdproce serve --dev eth1 --dir /srv/incoming
   xdproce serve --dev eth1 --link udp --listen 198.51.100.1:18515
-  sudo xdproce serve --dev eth1 --capture server.pcapng`,
+  sudo xdproce serve --dev eth1 --capture server.pcapng
+  sudo xdproce serve --dev eth1 --tls          # prints the fingerprint clients pin`,
 	Setup: setupServe,
 }
 
@@ -44,10 +45,16 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	dir := fs.String("dir", ".", "`directory` received files land in and files are served from")
 	listen := fs.String("listen", fmt.Sprintf(":%d", xfer.DefaultPort), "TCP `address` of the control port")
 	jsonOut := fs.Bool("json", false, "print one JSON object per finished request")
+	var tf tlsFlags
+	tf.register(fs, true)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce serve"
 		if len(args) != 0 {
 			return usageErrorf(cmd, "unexpected argument %q", args[0])
+		}
+		tcfg, err := tf.config(cmd)
+		if err != nil {
+			return err
 		}
 		if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--dir %s: not a directory", *dir)
@@ -64,13 +71,15 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 				fmt.Fprintf(env.Stderr, "capture written to %s\n", df.capture)
 			}
 		}()
-		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp", *listen)
+		ln, err := cm.Listen(*listen, &cm.Config{TLS: tcfg})
 		if err != nil {
-			return fmt.Errorf("listen: %w", err)
+			return err
 		}
 		fmt.Fprintf(env.Stderr, "serving on %s over %s (%s), path MTU %d; control port %s; files in %s\n",
 			dev.Name(), dev.LinkName(), dev.LinkReason(), dev.PathMTU().Bytes(), ln.Addr(), *dir)
+		if fp := ln.Fingerprint(); fp != "" {
+			fmt.Fprintf(env.Stderr, "TLS certificate fingerprint %s (clients: --tls-fingerprint %s)\n", fp, fp)
+		}
 		var mu sync.Mutex
 		s := &xfer.Server{Dev: dev.Device, Dir: *dir, Options: &xfer.Options{Log: env.Log},
 			Done: func(op string, res xfer.Result, err error) {

@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/internal/xfer"
 )
 
 var sendCommand = &Command{
 	Name:       "send",
-	ShortUsage: "xdproce send --dev IF [--name NAME] [--json] HOST FILE",
+	ShortUsage: "xdproce send --dev IF [--name NAME] [--json] [--tls-fingerprint HEX] HOST FILE",
 	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
 	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
 server's control port is not 18515) by RDMA WRITE into the server's
@@ -32,13 +33,14 @@ gbps, link, peer_link, path_mtu, op).
 EXAMPLES
   sudo xdproce send --dev eth1 198.51.100.1 ./disk.img
   xdproce send --dev eth1 --link udp 198.51.100.1 notes.txt --name notes-v2.txt
-  sudo xdproce send --dev eth1 --capture send.pcapng 198.51.100.1:9000 data.bin`,
+  sudo xdproce send --dev eth1 --capture send.pcapng 198.51.100.1:9000 data.bin
+  sudo xdproce send --dev eth1 --tls-fingerprint 3f9a...c2 198.51.100.1 data.bin`,
 	Setup: setupSend,
 }
 
 var getCommand = &Command{
 	Name:       "get",
-	ShortUsage: "xdproce get --dev IF [--json] HOST NAME [FILE]",
+	ShortUsage: "xdproce get --dev IF [--json] [--tls-fingerprint HEX] HOST NAME [FILE]",
 	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
 	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
 server's registered buffer and writes it to FILE (default: NAME in the
@@ -62,10 +64,16 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	name := fs.String("name", "", "store the file on the server as `NAME` (default: FILE's base name)")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
+	var tf tlsFlags
+	tf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce send"
 		if len(args) != 2 {
 			return usageErrorf(cmd, "want HOST FILE, got %d arguments", len(args))
+		}
+		tcfg, err := tf.config(cmd)
+		if err != nil {
+			return err
 		}
 		host, path := args[0], args[1]
 		if *name == "" {
@@ -91,7 +99,7 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 			return err
 		}
 		defer closeDevice(env, dev)
-		conn, err := xfer.Dial(ctx, host, *retry)
+		conn, err := cm.Dial(ctx, host, &cm.Config{Retry: *retry, TLS: tcfg})
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
@@ -114,10 +122,16 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 	df.register(fs, true)
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
+	var tf tlsFlags
+	tf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce get"
 		if len(args) != 2 && len(args) != 3 {
 			return usageErrorf(cmd, "want HOST NAME [FILE], got %d arguments", len(args))
+		}
+		tcfg, err := tf.config(cmd)
+		if err != nil {
+			return err
 		}
 		host, name := args[0], args[1]
 		if err := xfer.ValidName(name); err != nil {
@@ -138,7 +152,7 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 			return err
 		}
 		defer closeDevice(env, dev)
-		conn, err := xfer.Dial(ctx, host, *retry)
+		conn, err := cm.Dial(ctx, host, &cm.Config{Retry: *retry, TLS: tcfg})
 		if err != nil {
 			return fmt.Errorf("get: %w", err)
 		}

@@ -335,7 +335,7 @@ func TestPrivilegedTransferFailures(t *testing.T) {
 	// Nobody listens on .99 (no ARP answer) nor on the peer before serve runs.
 	start := time.Now()
 	r := runCmd(t, clientCmd(topo, "send", "--connect-timeout", "1s", "198.51.100.99", big))
-	oneErrorLine(t, "unreachable host", r, 1, "connect 198.51.100.99:18515")
+	oneErrorLine(t, "unreachable host", r, 1, "connect to 198.51.100.99:18515")
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("unreachable host took %v", d)
 	}
@@ -437,4 +437,42 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestPrivilegedTLS: serve --tls prints the fingerprint of its generated
+// certificate; a client pinning it transfers, one pinning another is refused
+// with one error line.
+func TestPrivilegedTLS(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	s := startServer(t, topo, "--tls")
+	host := topo.A.IPv4.String()
+	var fp string
+	deadline := time.Now().Add(10 * time.Second)
+	for fp == "" && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if _, after, ok := strings.Cut(s.errb.String(), "--tls-fingerprint "); ok {
+			fp, _, _ = strings.Cut(after, ")")
+		}
+	}
+	if len(fp) != 64 {
+		t.Fatalf("no fingerprint printed: %q", s.errb.String())
+	}
+	src := filepath.Join(t.TempDir(), "secret")
+	data := writeFile(t, src, 300<<10, 5)
+	if r := runCmd(t, clientCmd(topo, "send", "--tls-fingerprint", fp, host, src)); r.code != 0 {
+		t.Fatalf("send over TLS: exit %d: %s", r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.dir, "secret")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v)", len(got), err)
+	}
+	wrong := strings.Repeat("0", 64)
+	r := runCmd(t, clientCmd(topo, "send", "--tls-fingerprint", wrong, host, src, "--name", "other"))
+	oneErrorLine(t, "wrong fingerprint", r, 1, "fingerprint")
+	r = runCmd(t, clientCmd(topo, "send", host, src, "--name", "plain"))
+	if r.code == 0 {
+		t.Errorf("plain TCP client accepted by a TLS server")
+	}
+	noPartial(t, s.dir, "other")
+	noPartial(t, s.dir, "plain")
 }

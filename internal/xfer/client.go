@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/qp"
@@ -63,18 +64,16 @@ func ValidName(name string) error {
 // Send stores size bytes read from r on the server at the other end of conn
 // under name, by RDMA WRITE from dev. It returns when the server has verified
 // the SHA-256 and renamed the file into place. conn is closed on return.
-func Send(ctx context.Context, dev *roce.Device, conn net.Conn, r io.Reader, size int64, name string, opts *Options) (res Result, err error) {
+func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, size int64, name string, opts *Options) (res Result, err error) {
 	o := opts.withDefaults()
 	if err := ValidName(name); err != nil {
 		conn.Close()
 		return res, err
 	}
-	c := newCtrl(conn)
-	defer c.close()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	c := newCtrl(ctx, conn)
+	defer c.close()
 
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
 	q, err := newQPConn(dev, slotSize, slots, mr.LocalWrite, conn.LocalAddr())

@@ -6,11 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/qp"
@@ -20,18 +20,16 @@ import (
 // READ into dev, writing it to dst: first under a temporary name in dst's
 // directory, renamed to dst only once the SHA-256 matches the server's. conn
 // is closed on return.
-func Get(ctx context.Context, dev *roce.Device, conn net.Conn, name, dst string, opts *Options) (res Result, err error) {
+func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string, opts *Options) (res Result, err error) {
 	o := opts.withDefaults()
 	if err := ValidName(name); err != nil {
 		conn.Close()
 		return res, err
 	}
-	c := newCtrl(conn)
-	defer c.close()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	c := newCtrl(ctx, conn)
+	defer c.close()
 
 	tmp, err := createTemp(dst)
 	if err != nil {

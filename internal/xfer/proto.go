@@ -1,31 +1,22 @@
 package xfer
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
-	"strconv"
-	"sync"
+	"strings"
 	"syscall"
-	"time"
+
+	"github.com/xdproce/xdproce/cm"
 )
 
-// DefaultPort is the TCP port of the control connection (that of rdma-core's
-// pingpong tools and perftest).
-const DefaultPort = 18515
+// DefaultPort is the TCP port of the control connection (cm.DefaultPort).
+const DefaultPort = cm.DefaultPort
 
-// ProtocolVersion is the version of the control protocol; both sides must
-// speak the same.
+// ProtocolVersion is the version of this package's messages, carried in
+// requests on top of cm's own hello; both sides must speak the same.
 const ProtocolVersion = 1
-
-// maxMessage bounds one control message.
-const maxMessage = 1 << 20
 
 // Message types.
 const (
@@ -72,28 +63,20 @@ type message struct {
 	Bench *BenchParams `json:"bench,omitempty"`
 }
 
-// ctrl is a control connection: messages are read by one goroutine and
-// written under a lock.
+// ctrl carries this package's messages over a cm control connection (which
+// did TLS and the versioned hello). Messages are read by one goroutine at a
+// time; cm serialises writers. ctx bounds every read and write: cancelling
+// it unblocks them.
 type ctrl struct {
-	c  net.Conn
-	r  *bufio.Reader
-	mu sync.Mutex
-	wb []byte
+	c   *cm.Conn
+	ctx context.Context
 }
 
-func newCtrl(c net.Conn) *ctrl { return &ctrl{c: c, r: bufio.NewReader(c)} }
+func newCtrl(ctx context.Context, c *cm.Conn) *ctrl { return &ctrl{c: c, ctx: ctx} }
 
 func (c *ctrl) send(m *message) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.wb = binary.BigEndian.AppendUint32(c.wb[:0], uint32(len(b)))
-	c.wb = append(c.wb, b...)
-	if _, err := c.c.Write(c.wb); err != nil {
-		return fmt.Errorf("control connection: %w", err)
+	if err := c.c.SendValue(c.ctx, m); err != nil {
+		return fmt.Errorf("control connection: %w", peerGone(err))
 	}
 	return nil
 }
@@ -101,28 +84,22 @@ func (c *ctrl) send(m *message) error {
 // errPeerClosed: the control connection ended where a message was due.
 var errPeerClosed = errors.New("peer closed the control connection")
 
+// peerGone maps the ways a dead peer shows up to errPeerClosed.
+func peerGone(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, cm.ErrProtocol) && strings.Contains(err.Error(), "peer closed") {
+		return errPeerClosed
+	}
+	return err
+}
+
 func (c *ctrl) recv(m *message) error {
-	var hdr [4]byte
-	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return errPeerClosed
-		}
-		return fmt.Errorf("control connection: %w", err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n > maxMessage {
-		return fmt.Errorf("control connection: message of %d bytes (at most %d)", n, maxMessage)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c.r, b); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return errPeerClosed
-		}
-		return fmt.Errorf("control connection: %w", err)
-	}
 	*m = message{}
-	if err := json.Unmarshal(b, m); err != nil {
-		return fmt.Errorf("control connection: bad message: %w", err)
+	if err := c.c.RecvValue(c.ctx, m); err != nil {
+		if err = peerGone(err); err == errPeerClosed {
+			return err
+		}
+		return fmt.Errorf("control connection: %w", err)
 	}
 	return nil
 }
@@ -149,50 +126,3 @@ type RemoteError struct{ Msg string }
 
 func (e *RemoteError) Error() string { return "peer: " + e.Msg }
 
-// HostPort adds DefaultPort to host when it has no port ("198.51.100.1",
-// "2001:db8::1", "[2001:db8::1]:9000", "host:9000").
-func HostPort(host string) string {
-	if _, _, err := net.SplitHostPort(host); err == nil {
-		return host
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return netip.AddrPortFrom(a, DefaultPort).String()
-	}
-	return net.JoinHostPort(host, strconv.Itoa(DefaultPort))
-}
-
-// Dial connects to the control port at addr (host or host:port), retrying
-// with backoff for up to retry, since a server may still be starting. The
-// error names the address and how long it tried.
-func Dial(ctx context.Context, addr string, retry time.Duration) (net.Conn, error) {
-	addr = HostPort(addr)
-	start := time.Now()
-	deadline := start.Add(retry)
-	backoff := 50 * time.Millisecond
-	var d net.Dialer
-	for {
-		dctx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second))
-		c, err := d.DialContext(dctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetNoDelay(true)
-			}
-			return c, nil
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("connect %s: %w", addr, ctx.Err())
-		}
-		if time.Now().Add(backoff).After(deadline) {
-			return nil, fmt.Errorf("connect %s (tried for %v): %w", addr, time.Since(start).Round(100*time.Millisecond), err)
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("connect %s: %w", addr, ctx.Err())
-		}
-		if backoff < 500*time.Millisecond {
-			backoff *= 2
-		}
-	}
-}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/mr"
 )
@@ -34,22 +35,22 @@ type Server struct {
 // Serve accepts control connections on ln until ctx ends or ln fails, and
 // serves each in its own goroutine. It closes ln and waits for the
 // connections' goroutines before returning.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+func (s *Server) Serve(ctx context.Context, ln *cm.Listener) error {
 	o := s.Options.withDefaults()
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
+	defer ln.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		conn, err := ln.Accept()
+		conn, err := ln.Accept(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("accept: %w", err)
-		}
-		if tc, ok := conn.(*net.TCPConn); ok {
-			tc.SetNoDelay(true)
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("accept: %w", err)
+			}
+			o.Log.Warn("control connection refused", "err", err)
+			continue
 		}
 		wg.Add(1)
 		go func() {
@@ -63,19 +64,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // ServeConn serves one control connection and closes it.
-func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
-	c := newCtrl(conn)
-	defer c.close()
+func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	c := newCtrl(ctx, conn)
+	defer c.close()
 	var req message
-	if err := c.recv(&req); err != nil {
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	c.ctx = rctx
+	err := c.recv(&req)
+	rcancel()
+	c.ctx = ctx
+	if err != nil {
 		return err
 	}
-	conn.SetReadDeadline(time.Time{})
 	if req.Version != ProtocolVersion {
 		err := fmt.Errorf("control protocol version %d, this server speaks %d", req.Version, ProtocolVersion)
 		c.send(&message{Type: msgError, Error: err.Error()})
@@ -83,7 +85,6 @@ func (s *Server) ServeConn(ctx context.Context, conn net.Conn) error {
 	}
 	var (
 		res Result
-		err error
 		op  = req.Type
 	)
 	switch req.Type {

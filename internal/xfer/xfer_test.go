@@ -6,13 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
 )
 
@@ -38,7 +38,7 @@ func newRig(t *testing.T, opts *Options) *rig {
 	t.Helper()
 	a, b := loopDevices(t)
 	r := &rig{client: a, server: b, dir: t.TempDir(), srvErr: make(chan error, 16)}
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	ln, err := cm.Listen("127.0.0.2:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +51,9 @@ func newRig(t *testing.T, opts *Options) *rig {
 	return r
 }
 
-func (r *rig) dial(t *testing.T) net.Conn {
+func (r *rig) dial(t *testing.T) *cm.Conn {
 	t.Helper()
-	c, err := Dial(t.Context(), r.addr, time.Second)
+	c, err := cm.Dial(t.Context(), r.addr, &cm.Config{Retry: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestRefusals(t *testing.T) {
 		}
 	}
 	// A client lying about the checksum: the server refuses and keeps nothing.
-	c := newCtrl(r.dial(t))
+	c := newCtrl(t.Context(), r.dial(t))
 	defer c.close()
 	q, err := newQPConn(r.client, 4096, 1, 1, c.c.LocalAddr())
 	if err != nil {
