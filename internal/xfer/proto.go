@@ -125,4 +125,3 @@ func (c *ctrl) close() error { return c.c.Close() }
 type RemoteError struct{ Msg string }
 
 func (e *RemoteError) Error() string { return "peer: " + e.Msg }
-
