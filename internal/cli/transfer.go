@@ -171,6 +171,10 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 }
 
 func closeDevice(env *Env, dev *device) {
+	st := dev.Stats()
+	env.Log.Debug("device stats", "tx_frames", st.TxFrames, "tx_bytes", st.TxBytes, "rx_frames", st.RxFrames,
+		"rx_bytes", st.RxBytes, "drop_bad_icrc", st.DropBadICRC, "drop_malformed", st.DropMalformed,
+		"drop_unknown_qpn", st.DropUnknownQPN)
 	if err := dev.Close(); err != nil {
 		env.Log.Warn("close device", "err", err)
 	}

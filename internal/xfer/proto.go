@@ -22,7 +22,6 @@ const ProtocolVersion = 1
 const (
 	msgPut    = "put"    // client → server: store NAME (Size bytes) written by RDMA WRITE
 	msgGet    = "get"    // client → server: send NAME by RDMA READ
-	msgBench  = "bench"  // client → server: a benchmark
 	msgAccept = "accept" // server → client: the server's QP and staging buffer
 	msgData   = "data"   // a slot holds Len bytes of the content at Off
 	msgFree   = "free"   // the slot may be reused
@@ -58,9 +57,6 @@ type message struct {
 
 	SHA256 string `json:"sha256,omitempty"`
 	Error  string `json:"error,omitempty"`
-
-	// Benchmarks.
-	Bench *BenchParams `json:"bench,omitempty"`
 }
 
 // ctrl carries this package's messages over a cm control connection (which

@@ -97,8 +97,10 @@ func newQPConn(dev *roce.Device, slotSize, slots int, access roce.Access, local 
 	return q, nil
 }
 
-// localGID is the device's GID for the local address of the control
+// LocalGID is the device's GID for the local address of a control
 // connection when it has one, else GID 1 (the first IPv4), else GID 0.
+func LocalGID(dev *roce.Device, local net.Addr) netip.Addr { return localGID(dev, local) }
+
 func localGID(dev *roce.Device, local net.Addr) netip.Addr {
 	gids := dev.GIDs()
 	if ta, ok := local.(*net.TCPAddr); ok {

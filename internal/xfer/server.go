@@ -92,8 +92,6 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 		res, err = s.servePut(ctx, cancel, c, &req)
 	case msgGet:
 		res, err = s.serveGet(ctx, cancel, c, &req)
-	case msgBench:
-		res, err = s.serveBench(ctx, cancel, c, &req)
 	default:
 		err = fmt.Errorf("unknown request %q", req.Type)
 		c.send(&message{Type: msgError, Error: err.Error()})
