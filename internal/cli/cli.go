@@ -40,6 +40,7 @@ var commands = []*Command{
 	serveCommand,
 	sendCommand,
 	getCommand,
+	benchCommand,
 	demoCommand,
 }
 
