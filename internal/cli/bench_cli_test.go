@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
+)
+
+func TestBenchUsageErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--dev", "lo"}, "want TEST [HOST]"},
+		{[]string{"bench", "flood", "--dev", "lo"}, `unknown test "flood"`},
+		{[]string{"bench", "atomic", "--dev", "lo", "--size", "16"}, "atomics move 8 bytes"},
+		{[]string{"bench", "send", "--dev", "lo", "--iters", "100000"}, "--iters 100000"},
+		{[]string{"bench", "write", "--dev", "lo", "--qps", "0"}, "--qps 0"},
+		{[]string{"bench", "atomic", "--dev", "lo", "--atomic-op", "xor"}, `--atomic-op "xor"`},
+		{[]string{"bench", "write", "a", "b", "--dev", "lo"}, "want TEST [HOST]"},
+	} {
+		oneErrorLine(t, strings.Join(tt.args, " "), runBinary(t, tt.args...), 2, tt.want)
+	}
+	oneErrorLine(t, "bench on a missing interface", runBinary(t, "bench", "write", "--dev", "nosuch0"), 1, `unknown interface "nosuch0"`)
+}
+
+// TestPrivilegedBench runs every test between two namespaces over AF_XDP:
+// both ends finish, agree on the sizes, and report plausible figures (the
+// bandwidth is what the bytes and the time give; latency percentiles are
+// ordered); the client's capture verifies.
+func TestPrivilegedBench(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	host := topo.A.IPv4.String()
+	for _, tc := range []struct {
+		test string
+		args []string
+	}{
+		{"write", []string{"--size", "64KiB", "--iters", "300"}},
+		{"write", []string{"--size", "4KiB", "--iters", "300", "--qps", "3"}},
+		{"read", []string{"--size", "64KiB", "--iters", "300"}},
+		{"send", []string{"--size", "1000", "--iters", "300"}},
+		{"atomic", []string{"--iters", "300", "--atomic-op", "cmp_swap"}},
+		{"lat", []string{"--iters", "200"}},
+	} {
+		t.Run(tc.test+strings.Join(tc.args, ""), func(t *testing.T) {
+			srv := topo.A.NS.Command(t.Context(), binary, append([]string{"bench", tc.test, "--dev", topo.A.Name, "--link", "xsk", "--json"}, tc.args...)...)
+			var so, se bytes.Buffer
+			srv.Stdout, srv.Stderr = &so, &se
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			capPath := filepath.Join(t.TempDir(), "bench.pcapng")
+			r := runCmd(t, clientCmd(topo, append([]string{"bench", "--json", "--capture", capPath, tc.test, host}, tc.args...)...))
+			serr := srv.Wait()
+			if r.code != 0 || serr != nil {
+				t.Fatalf("client exit %d: %s\nserver %v: %s", r.code, r.stderr, serr, se.String())
+			}
+			var c, s benchResult
+			if err := json.Unmarshal([]byte(r.stdout), &c); err != nil {
+				t.Fatalf("client output %q: %v", r.stdout, err)
+			}
+			if err := json.Unmarshal(so.Bytes(), &s); err != nil {
+				t.Fatalf("server output %q: %v", so.String(), err)
+			}
+			for _, x := range []benchResult{c, s} {
+				if x.Schema != 1 || x.Test != tc.test || x.Iters == 0 || x.Bytes == 0 || x.QPs != c.QPs ||
+					x.Rate <= 0 || !strings.HasPrefix(x.Link, "AF_XDP") || x.PathMTU != 4096 {
+					t.Errorf("%s result %+v", x.Role, x)
+				}
+			}
+			if c.Role != "client" || s.Role != "server" || c.Bytes != s.Bytes || c.Iters != s.Iters {
+				t.Errorf("client %+v, server %+v", c, s)
+			}
+			want := float64(c.Iters*c.QPs*c.Bytes) * 8 / c.Seconds / 1e9
+			if c.BW < want*0.99 || c.BW > want*1.01 {
+				t.Errorf("client BW %.3f Gb/s, bytes and time give %.3f", c.BW, want)
+			}
+			if tc.test == "lat" && (c.P50 <= 0 || c.P99 < c.P50) {
+				t.Errorf("latency p50 %.2f p99 %.2f", c.P50, c.P99)
+			}
+			if v := runBinary(t, "dump", "--verify", capPath); v.code != 0 || strings.Count(v.stdout, "\n") < c.Iters {
+				t.Errorf("dump --verify: exit %d, %d lines: %s", v.code, strings.Count(v.stdout, "\n"), v.stderr)
+			}
+		})
+	}
+}
