@@ -194,8 +194,8 @@ func TestDemoUnprivileged(t *testing.T) {
 type server struct {
 	cmd  *exec.Cmd
 	dir  string
-	out  bytes.Buffer
-	errb bytes.Buffer
+	out  syncBuffer
+	errb syncBuffer
 	done chan error
 }
 

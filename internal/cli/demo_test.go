@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/testenv"
+)
+
+// labNamespaces lists the network namespaces a demo process made.
+func labNamespaces(t *testing.T, pid int) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatalf("ip netns list: %v", err)
+	}
+	var found []string
+	prefix := "xdl-" + strconv.Itoa(pid) + "-"
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			found = append(found, strings.Fields(l)[0])
+		}
+	}
+	return found
+}
+
+// TestPrivilegedDemo: the demo as root builds its lab, moves the data over
+// AF_XDP, verifies it, reports link, throughput and capture, and leaves no
+// namespace behind; the capture passes dump --verify.
+func TestPrivilegedDemo(t *testing.T) {
+	testenv.Privileged(t)
+	capPath := filepath.Join(t.TempDir(), "demo.pcapng")
+	cmd := exec.Command(binary, "demo", "--size", "8MiB", "--capture", capPath)
+	r := runCmd(t, cmd)
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"lab: namespaces xdl-", "verified", "link: AF_XDP (native)", "path MTU 4096", "throughput: ",
+		"capture: " + capPath, "every ICRC good", "lab removed"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if ns := labNamespaces(t, cmd.Process.Pid); len(ns) != 0 {
+		t.Errorf("namespaces left: %v", ns)
+	}
+	if v := runBinary(t, "dump", "--verify", capPath); v.code != 0 {
+		t.Errorf("dump --verify: exit %d: %s", v.code, v.stderr)
+	}
+}
+
+// TestPrivilegedDemoInterrupted: SIGINT while the lab exists ends the demo
+// with one error line and exit 1, and the lab is gone.
+func TestPrivilegedDemoInterrupted(t *testing.T) {
+	testenv.Privileged(t)
+	cmd := exec.Command(binary, "demo", "--size", "1GiB", "--capture", "")
+	var o, e syncBuffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(o.String(), "sending") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("the demo never started sending:\n%s%s", o.String(), e.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before it was interrupted (%v):\n%s%s", err, o.String(), e.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if len(labNamespaces(t, cmd.Process.Pid)) == 0 {
+		t.Fatalf("no lab namespaces while sending")
+	}
+	cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-done:
+		oneErrorLine(t, "interrupted demo", result{stderr: e.String(), code: exitCode(err)}, 1, "interrupted")
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("demo did not stop within 15 s of SIGINT:\n%s%s", o.String(), e.String())
+	}
+	if ns := labNamespaces(t, cmd.Process.Pid); len(ns) != 0 {
+		t.Errorf("namespaces left after SIGINT: %v", ns)
+	}
+	if !strings.Contains(o.String(), "lab removed") {
+		t.Errorf("output lacks 'lab removed':\n%s", o.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
