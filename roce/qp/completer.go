@@ -234,7 +234,9 @@ func (q *QP) compImplicit(k *compPkt) (compState, compAction) {
 		act = compActProgress
 	}
 	if !ok {
-		k.retry = retry
+		if !q.lostResponse(k, retry) {
+			return compDone, act
+		}
 		return compRetry, act
 	}
 	return compCheckAck, act
@@ -353,7 +355,9 @@ func (q *QP) compAck(k *compPkt) (compState, compAction) {
 	before := q.comp.ackPSN
 	retry, ok := q.ackThrough(k.p.BTH.PSN)
 	if !ok {
-		k.retry = retry
+		if !q.lostResponse(k, retry) {
+			return compDone, compActNone
+		}
 		return compRetry, compActNone
 	}
 	if before == q.comp.ackPSN {
@@ -399,17 +403,31 @@ func (q *QP) compRead(k *compPkt) (compState, compAction) {
 	return compDone, compActProgress
 }
 
-// gap starts one go-back-N for a response that arrived past a lost one; more
-// packets past the same hole are dropped until it is filled.
+// gap starts one go-back-N for a response that arrived past a lost one.
 func (q *QP) gap(k *compPkt, from uint32) (compState, compAction) {
+	if !q.lostResponse(k, from) {
+		return compDone, compActNone
+	}
+	return compRetry, compActNone
+}
+
+// lostResponse decides on a response that shows an earlier READ response or
+// atomic ACK was lost (it arrived past the hole, or acknowledges past an
+// unanswered READ/atomic): the first such packet for a hole starts one
+// go-back-N from `from` (true, k.retry set); every later packet past the same
+// hole is dropped (false) until the hole is filled or a timer resends. On a
+// real link the packets past a hole arrive one by one, each in its own
+// Progress: resending the READ request for each would have the responder
+// regenerate the rest of the READ once per packet.
+func (q *QP) lostResponse(k *compPkt, from uint32) bool {
 	c := &q.comp
 	if c.gapSet && c.gapPSN == from {
 		q.stats.inc(CtrDropped)
-		return compDone, compActNone
+		return false
 	}
 	c.gapSet, c.gapPSN = true, from
 	k.retry = from
-	return compRetry, compActNone
+	return true
 }
 
 func (q *QP) compAtomic(k *compPkt) (compState, compAction) {

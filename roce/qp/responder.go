@@ -95,6 +95,27 @@ func (r *responder) clearTx() {
 	r.txHead, r.txN = 0, 0
 }
 
+// isTail reports whether resource i is the last one queued.
+func (r *responder) isTail(i int) bool {
+	return r.txN > 0 && int(r.txq[(r.txHead+r.txN-1)%resSlots]) == i
+}
+
+// dequeue takes resource i out of the transmit queue, wherever it is.
+func (r *responder) dequeue(i int) {
+	if !r.res[i].queued {
+		return
+	}
+	r.res[i].queued = false
+	k := 0
+	for k < r.txN && int(r.txq[(r.txHead+k)%resSlots]) != i {
+		k++
+	}
+	for ; k+1 < r.txN; k++ {
+		r.txq[(r.txHead+k)%resSlots] = r.txq[(r.txHead+k+1)%resSlots]
+	}
+	r.txN--
+}
+
 func (r *responder) enqueue(i int) {
 	if r.res[i].queued {
 		return
@@ -582,8 +603,12 @@ func (q *QP) respDuplicate(k *respPkt) (respState, respAction) {
 					return respDrop, respActNone
 				}
 			}
-			x.va, x.rkey, x.length, x.txPSN, x.txOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), p.BTH.PSN, 0
 			q.stats.inc(CtrReplays)
+			if x.queued && r.isTail(i) && !wire.PSNBefore(p.BTH.PSN, x.txPSN) {
+				return respDone, respActNone // the answer under way covers it
+			}
+			r.dequeue(i) // answered in arrival order: after everything queued
+			x.va, x.rkey, x.length, x.txPSN, x.txOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), p.BTH.PSN, 0
 			r.enqueue(i)
 			return respDone, respActNone
 		}
@@ -592,7 +617,10 @@ func (q *QP) respDuplicate(k *respPkt) (respState, respAction) {
 			x := &r.res[i]
 			if x.kind == resAtomic && x.firstPSN == p.BTH.PSN {
 				q.stats.inc(CtrReplays)
-				r.enqueue(i)
+				if !r.isTail(i) {
+					r.dequeue(i) // answered in arrival order, as READs
+					r.enqueue(i)
+				}
 				return respDone, respActNone
 			}
 		}
