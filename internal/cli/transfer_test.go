@@ -445,7 +445,8 @@ func mustRead(t *testing.T, path string) []byte {
 func TestPrivilegedTLS(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
-	s := startServer(t, topo, "--tls")
+	srvCap := filepath.Join(t.TempDir(), "serve.pcapng")
+	s := startServer(t, topo, "--tls", "--capture", srvCap)
 	host := topo.A.IPv4.String()
 	var fp string
 	deadline := time.Now().Add(10 * time.Second)
@@ -475,4 +476,12 @@ func TestPrivilegedTLS(t *testing.T) {
 	}
 	noPartial(t, s.dir, "other")
 	noPartial(t, s.dir, "plain")
+	// serve writes its capture when it stops.
+	s.stop(t)
+	if !strings.Contains(s.errb.String(), "capture written to "+srvCap) {
+		t.Errorf("serve did not say where the capture went: %q", s.errb.String())
+	}
+	if v := runBinary(t, "dump", "--verify", srvCap); v.code != 0 || strings.Count(v.stdout, "\n") < 75 {
+		t.Errorf("dump --verify %s: exit %d, %d lines: %s", srvCap, v.code, strings.Count(v.stdout, "\n"), v.stderr)
+	}
 }
