@@ -27,10 +27,17 @@ type Server struct {
 	// Options limit the staging buffer per connection (SlotSize, Slots) and
 	// set the queue pair attributes; Progress is not used.
 	Options *Options
-	// Done, when set, is called after each transfer or benchmark with its
-	// result (err nil on success).
+	// Done, when set, is called after each transfer with its result (err
+	// nil on success).
 	Done func(op string, res Result, err error)
+	// MaxConns bounds the transfers served at once (each holds a staging
+	// buffer of Slots × SlotSize bytes); more are refused with "server
+	// busy". 0 means DefaultMaxConns.
+	MaxConns int
 }
+
+// DefaultMaxConns is Server.MaxConns when 0.
+const DefaultMaxConns = 16
 
 // Serve accepts control connections on ln until ctx ends or ln fails, and
 // serves each in its own goroutine. It closes ln and waits for the
@@ -40,6 +47,11 @@ func (s *Server) Serve(ctx context.Context, ln *cm.Listener) error {
 	defer ln.Close()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	limit := s.MaxConns
+	if limit <= 0 {
+		limit = DefaultMaxConns
+	}
+	sem := make(chan struct{}, limit)
 	for {
 		conn, err := ln.Accept(ctx)
 		if err != nil {
@@ -52,9 +64,20 @@ func (s *Server) Serve(ctx context.Context, ln *cm.Listener) error {
 			o.Log.Warn("control connection refused", "err", err)
 			continue
 		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			go func() {
+				c := newCtrl(ctx, conn)
+				refuse(c, fmt.Errorf("server busy: %d transfers running", limit))
+				c.close()
+			}()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-sem }()
 			log := o.Log.With("peer", conn.RemoteAddr().String())
 			if err := s.ServeConn(ctx, conn); err != nil {
 				log.Warn("request failed", "err", err)

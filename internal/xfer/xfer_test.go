@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -203,4 +204,37 @@ func (s *slowReader) Read(b []byte) (int, error) {
 	n, err := s.r.Read(b)
 	s.n += n
 	return n, err
+}
+
+// TestServerBusy: beyond MaxConns, requests are refused with the reason.
+func TestServerBusy(t *testing.T) {
+	if raceEnabled {
+		t.Skip("see race_on_test.go")
+	}
+	a, b := loopDevices(t)
+	ln, err := cm.Listen("127.0.0.2:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Dev: b, Dir: t.TempDir(), MaxConns: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// The first connection sends nothing and holds the only place.
+	idle, err := cm.Dial(t.Context(), ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	time.Sleep(50 * time.Millisecond)
+	c, err := cm.Dial(t.Context(), ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Send(t.Context(), a, c, bytes.NewReader([]byte("x")), 1, "x", nil)
+	var re *RemoteError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "server busy") {
+		t.Fatalf("send to a full server: %v", err)
+	}
 }
