@@ -758,11 +758,14 @@ func (l *Link) Wait(timeout time.Duration) error {
 		return os.NewSyscallError("ppoll", err)
 	}
 	if l.pfd[1].Revents&unix.POLLIN != 0 {
-		// Clear the flag before draining: a Wake racing with this either
-		// is drained here (this Wait returns: it is served) or leaves efd
-		// readable for the next Wait.
-		l.waking.Store(false)
+		// Drain, then clear the flag. Clearing first would let a Wake in
+		// between write efd and have this Read consume it, leaving the
+		// flag set with efd empty: every later Wake would be skipped. A
+		// Wake between the Read and the Store is skipped but served: it
+		// came before this Wait returned, so the caller's next round sees
+		// the work it announced.
 		unix.Read(l.efd, l.efdBuf[:])
+		l.waking.Store(false)
 	}
 	if l.closed.Load() {
 		return link.ErrClosed
