@@ -21,6 +21,7 @@ type completer struct {
 	gapSet     bool
 	nakPSN     uint32 // the last PSN sequence error NAK acted on
 	nakSet     bool
+	retrying   bool // a retry sequence was started and no progress came since
 
 	// The send window in use (PSNs), between minWindow and Config.SendWindow:
 	// halved on a loss (a PSN sequence NAK, a lost response, a timeout), at
@@ -453,24 +454,29 @@ func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
 	return compDone, compActProgress
 }
 
-// compRetry resends from k.retry. A PSN sequence error NAK that acknowledged
-// nothing new spends one retry, as a timeout does (the transport retry
-// counter of IBA 9.7), so a peer that keeps NAKing the same PSN ends in
-// RETRY_EXC_ERR instead of a livelock. An ACK past an unanswered READ or
-// atomic (its response was lost) resends without spending one: a few lost
-// responses in a row must not end the QP within microseconds, and a peer
-// that never answers still meets the local ACK timer, which only progress
-// restarts.
+// compRetry resends from k.retry. The transport retry counter (retry_cnt;
+// IBA 12.7.38: timeouts, sequence errors) is spent as rxe spends it
+// (rxe_comp.c, started_retry): a PSN sequence error NAK that acknowledges
+// nothing new spends one retry when it starts a retry sequence; while one
+// is under way (a NAK, a timeout or a lost response started it and no
+// progress came since), further NAKs resend without spending, so the
+// network's duplicated, reordered or stale NAKs cost nothing. The local ACK
+// timer, restarted only by progress, still spends one per timeout, so a
+// peer that NAKs without ever making progress ends in RETRY_EXC_ERR within
+// timeout × (retry_cnt+1). A NAK that acknowledges something new, and an
+// ACK or response past an unanswered READ or atomic (its response was
+// lost), resend without spending.
 func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 	c := &q.comp
 	c.lossEvent(q)
-	if !k.progressed && k.info.Kind == wire.KindAck && k.p.AETH.Type() == wire.SyndromeNAK {
+	if !k.progressed && !c.retrying && k.info.Kind == wire.KindAck && k.p.AETH.Type() == wire.SyndromeNAK {
 		if c.retries == 0 {
 			k.w, k.status = q.oldest(), WCRetryExcErr
 			return compError, compActNone
 		}
 		c.retries--
 	}
+	c.retrying = true
 	return compDone, compActRewind
 }
 
@@ -517,6 +523,7 @@ func (c *completer) progress(q *QP, before uint32) {
 	}
 	c.retries = q.e.attr.RetryCnt
 	c.nakSet = false
+	c.retrying = false
 	if q.req.rnrUntil == 0 {
 		c.rnrRetries = q.e.attr.RNRRetry
 	}
@@ -549,6 +556,7 @@ func (q *QP) timers() {
 			q.stats.inc(CtrFastRetransmits)
 			c.lossEvent(q)
 			c.gapSet = false
+			c.retrying = true
 			q.rewind(c.ackPSN)
 		}
 	}
@@ -570,6 +578,7 @@ func (q *QP) timers() {
 	}
 	c.retries--
 	c.gapSet = false
+	c.retrying = true
 	q.rewind(c.ackPSN)
 	c.armTimer(q)
 }

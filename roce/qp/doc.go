@@ -38,7 +38,11 @@
 // missing PSN arrives; the requester resends from the NAKed PSN, from the
 // oldest unacknowledged PSN when the local ACK timer fires (retry_cnt
 // times, then IBV_WC_RETRY_EXC_ERR), after an RNR NAK's timer (rnr_retry
-// times, 7 = forever), or when a response shows an earlier one was lost.
+// times, 7 = forever), or when a response shows an earlier one was lost
+// (once per hole, not once per packet past it). As in rxe, a sequence NAK
+// spends retry_cnt only when it starts a retry sequence, so duplicated or
+// reordered NAKs cost nothing; progress restores retry_cnt. The responder
+// answers requests, repeated ones included, in the order they arrive.
 // Two additions keep lossy paths usable without changing the wire: the send
 // window halves on loss and grows back by one PSN per window acknowledged
 // (Config.FixedWindow turns this off), and an ACK asked for (AckReq) that

@@ -212,7 +212,7 @@ type netStats struct {
 // runNetMixed posts mixed WRs from a to b and checks data, completions and
 // the atomic counter. It returns the first failed completion, if any.
 func runNetMixed(t testing.TB, r *netRun, mc mixCfg, seed uint64) netStats {
-	const slot = 64 << 10
+	slot := mc.maxMsg
 	nslot := mc.outstanding
 	a, b := r.a, r.b
 	srcA, srcBuf := a.reg(t, slot*nslot, allAcc) // WRITE/SEND source
@@ -472,4 +472,38 @@ func TestReadReplayOrder(t *testing.T) {
 	if to, fast := sa.Get(CtrTimeouts), sa.Get(CtrFastRetransmits); to+fast != 0 {
 		t.Errorf("%d timeouts and %d fast retransmissions; the replays alone should finish both READs", to, fast)
 	}
+}
+
+// TestDuplicateNAKsSpendNoRetries: with retry_cnt 1 and a network that
+// duplicates and reorders 30 % of frames (so copies of a NAK arrive late,
+// after resends and timers), a NAK spends retry_cnt only when it starts a
+// retry sequence, as in rxe: a WR may fail with RETRY_EXC_ERR only if the
+// local ACK timer fired, never on NAKs alone (each copy of a NAK, or a NAK
+// past a lost READ response, used to spend one: 10 of 40 seeds failed within
+// milliseconds without a single timeout).
+func TestDuplicateNAKsSpendNoRetries(t *testing.T) {
+	seeds := 16
+	if *long {
+		seeds = 200
+	}
+	failed := 0
+	for seed := range uint64(seeds) {
+		o := defaultOpts()
+		o.timeout = 14
+		o.retry = 1
+		o.maxWR = 64
+		cfg := netCfg{loss: 0.03, reorder: 0.3, dup: 0.3, delay: 20_000, perFrame: 1000, tick: 1000, ring: 256}
+		r := newNetRun(t, o, cfg, seed)
+		st := runNetMixed(t, r, mixCfg{wrs: 200, outstanding: 16, maxMsg: 16 << 10, pWrite: 1, pRead: 3, pSend: 1, pAdd: 1}, seed)
+		sa := r.a.q.Stats()
+		if st.failed == nil {
+			continue
+		}
+		failed++
+		if st.failed.Status != WCRetryExcErr || sa.Get(CtrTimeouts) == 0 {
+			t.Errorf("seed %d: WR %d %v after %d local ACK timeouts and %d sequence NAKs", seed, st.failed.ID,
+				st.failed.Status, sa.Get(CtrTimeouts), sa.Get(CtrSeqNAKsRecv))
+		}
+	}
+	t.Logf("%d of %d seeds ended in RETRY_EXC_ERR (after local ACK timeouts)", failed, seeds)
 }
