@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/xdproce/xdproce/cm"
@@ -25,7 +26,16 @@ files sent with 'xdproce send' land as DIR/NAME, files asked for with
 A received file is written under a temporary name in DIR and renamed to NAME
 only when it is complete and its SHA-256 matches the sender's: a partial
 file never appears under the final name. Names with directories or a
-leading dot are refused.
+leading dot are refused. The temporary name is DIR/.NAME.xdproce-PID-START-
+RANDOM.part, naming the receiving process (PID and its start time). A server
+that is killed cannot remove its temporary files; at start-up serve removes
+those in DIR whose process is gone (and unowned ones from older versions left
+untouched for 10 minutes), keeping those of transfers still running, and
+says what it removed.
+
+Transfers sent with 'xdproce send --enlarge' go through an enlargement
+channel (package enlarge) instead of the plain RDMA WRITE path; serve accepts
+both.
 
 Serve prints one line per finished request on stdout (with --json one JSON
 object per line: op, name, size, sha256, seconds, gbps, link, peer_link,
@@ -58,6 +68,13 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--dir %s: not a directory", *dir)
+		}
+		removed, err := xfer.RemoveStale(*dir)
+		if err != nil {
+			env.Log.Warn("stale temporary files", "dir", *dir, "err", err)
+		}
+		for _, name := range removed {
+			fmt.Fprintf(env.Stderr, "removed %s (left by a transfer whose receiver died)\n", filepath.Join(*dir, name))
 		}
 		dev, err := openDevice(cmd, &df)
 		if err != nil {

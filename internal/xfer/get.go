@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
@@ -161,20 +160,6 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 	c.send(&message{Type: msgOK, SHA256: res.SHA256})
 	res.finish(start)
 	return res, nil
-}
-
-// createTemp creates the temporary file a download to dst is written to, in
-// dst's directory (so that the rename stays on one file system).
-func createTemp(dst string) (*os.File, error) {
-	dir, base := filepath.Split(dst)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".xdproce-*.part")
-	if err != nil {
-		return nil, fmt.Errorf("create temporary file: %w", err)
-	}
-	return f, nil
 }
 
 func appendSlot(f *os.File, h hash.Hash, b []byte, off int64) error {

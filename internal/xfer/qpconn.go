@@ -74,19 +74,30 @@ type qpConn struct {
 }
 
 func newQPConn(dev *roce.Device, slotSize, slots int, access roce.Access, local net.Addr) (*qpConn, error) {
-	q := &qpConn{dev: dev, pd: dev.AllocPD(), slotSize: slotSize, slots: slots}
-	var err error
-	if q.cq, err = dev.CreateCQ(4 * (slots + 4)); err != nil {
-		q.close()
-		return nil, fmt.Errorf("create cq: %w", err)
+	q, err := newBareQP(dev, 4*(slots+4), 2*(slots+4), 4, local)
+	if err != nil {
+		return nil, err
 	}
+	q.slotSize, q.slots = slotSize, slots
 	q.buf = make([]byte, slotSize*slots)
 	if q.mr, err = q.pd.RegMR(q.buf, access); err != nil {
 		q.close()
 		return nil, fmt.Errorf("register %d bytes: %w", len(q.buf), err)
 	}
+	return q, nil
+}
+
+// newBareQP makes a protection domain, a completion queue of cqDepth for
+// both queues and an RC queue pair with the given queue sizes; no memory.
+func newBareQP(dev *roce.Device, cqDepth, sendWR, recvWR int, local net.Addr) (*qpConn, error) {
+	q := &qpConn{dev: dev, pd: dev.AllocPD()}
+	var err error
+	if q.cq, err = dev.CreateCQ(cqDepth); err != nil {
+		q.close()
+		return nil, fmt.Errorf("create cq: %w", err)
+	}
 	if q.qp, err = q.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: q.cq, RecvCQ: q.cq,
-		MaxSendWR: 2 * (slots + 4), MaxRecvWR: 4}); err != nil {
+		MaxSendWR: sendWR, MaxRecvWR: recvWR}); err != nil {
 		q.close()
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
@@ -177,26 +188,32 @@ func (q *qpConn) wait(ctx context.Context, wcs []roce.WC) (roce.WC, error) {
 	return wc, nil
 }
 
-func (q *qpConn) close() {
+func (q *qpConn) close() { q.closeThen(nil) }
+
+// closeThen tears the queue pair down and then runs after (which may free
+// what the queue pair's work requests used) and frees the protection domain.
+// It returns within destroyWait even when the queue pair's Destroy does not
+// (see teardown); after then runs in the background once it does.
+func (q *qpConn) closeThen(after func()) {
 	// Deregister first: the peer's rkey is refused from here on.
 	if q.mr != nil {
 		q.mr.Deregister()
+		q.mr = nil
 	}
-	qp, pd := q.qp, q.pd
-	if qp == nil {
+	pd := q.pd
+	q.pd = nil
+	done := func() {
+		if after != nil {
+			after()
+		}
 		if pd != nil {
 			pd.Dealloc()
 		}
+	}
+	if q.qp == nil {
+		done()
 		return
 	}
-	// QP.Destroy waits for two rounds of the device's progress engine but
-	// wakes it only once, so on an idle device it returns only when other
-	// traffic (or Device.Close) runs the engine again. Destroy in the
-	// background: the queue pair goes to the error state at once either way.
-	go func() {
-		qp.Destroy()
-		if pd != nil {
-			pd.Dealloc()
-		}
-	}()
+	teardown(q.qp, done)
+	q.qp = nil
 }

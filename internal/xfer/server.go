@@ -45,6 +45,9 @@ const DefaultMaxConns = 16
 func (s *Server) Serve(ctx context.Context, ln *cm.Listener) error {
 	o := s.Options.withDefaults()
 	defer ln.Close()
+	// Last: give the queue pairs' background teardowns a moment, so that
+	// the caller closing the device finds them gone.
+	defer WaitTeardowns(2 * destroyWait)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	limit := s.MaxConns

@@ -41,6 +41,12 @@ func newRig(t *testing.T, opts *Options) *rig {
 		t.Skip("the race detector cannot see ordering through kernel sockets (see race_on_test.go)")
 	}
 	a, b := loopDevices(t)
+	return newRigOn(t, a, b, opts)
+}
+
+// newRigOn serves from device b; the client uses a.
+func newRigOn(t *testing.T, a, b *roce.Device, opts *Options) *rig {
+	t.Helper()
 	r := &rig{client: a, server: b, dir: t.TempDir(), srvErr: make(chan error, 16)}
 	ln, err := cm.Listen("127.0.0.2:0", nil)
 	if err != nil {
