@@ -45,7 +45,10 @@ func benchOps(b *testing.B, p *devPair, op qp.WROpcode, size, depth int) {
 	x, y := connectRC(b, p, connCfg{bufSize: 2 << 20, maxWR: 256, cqDepth: 1024, opts: &o})
 	fill(x.buf, 1)
 	fill(y.buf, 2)
-	ctx := context.Background()
+	// One deadline for the whole run (a per-wait context would allocate): a
+	// hang fails with the devices' counters instead of blocking forever.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	wr := roce.SendWR{Opcode: op, Flags: qp.Signaled, SGL: []roce.SGE{x.sge(0, size)}}
 	if op == qp.WRRDMAWrite || op == qp.WRRDMARead {
 		wr.RemoteAddr, wr.RKey = y.mr.Addr()+1<<20, y.mr.RKey()
@@ -68,6 +71,9 @@ func benchOps(b *testing.B, p *devPair, op qp.WROpcode, size, depth int) {
 		var err error
 		if block {
 			n, err = x.scq.Wait(ctx, wcs[:])
+			if err != nil {
+				b.Fatalf("waiting for completions: %v\na: %+v\nb: %+v", err, p.a.Stats(), p.b.Stats())
+			}
 		} else {
 			n, err = x.scq.Poll(wcs[:])
 		}
