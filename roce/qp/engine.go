@@ -97,6 +97,7 @@ func (q *QP) applyCtl() {
 		q.comp.retries = e.attr.RetryCnt
 		q.comp.rnrRetries = e.attr.RNRRetry
 		q.comp.cwnd = q.window
+		q.comp.ssthresh = q.window
 	}
 	e.state = target
 	q.buildTemplate()

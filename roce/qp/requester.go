@@ -356,7 +356,9 @@ func (q *QP) rewind(psn uint32) {
 		psn = q.comp.ackPSN // never resend what is acknowledged
 	}
 	r.sinceAckReq = 0
-	q.comp.sampling = false // no RTT samples from resent packets (Karn)
+	if c := &q.comp; c.sampling && !wire.PSNBefore(c.sampPSN, psn) {
+		c.sampling = false // no RTT samples from resent packets (Karn)
+	}
 	for i := q.comp.head; i != posted; i++ {
 		w := &q.sq[i&q.sqMask]
 		if !w.started {
