@@ -29,8 +29,13 @@ type Result struct {
 	Link    string        `json:"link"`      // this side's link
 	Peer    string        `json:"peer_link"` // the peer's link
 	PathMTU int           `json:"path_mtu"`
-	Op      string        `json:"op"` // "RDMA WRITE" or "RDMA READ"
+	Op      string        `json:"op"` // "RDMA WRITE", "RDMA READ" or OpEnlarge
+	// Enlarge is set for a transfer through an enlargement channel.
+	Enlarge *EnlargeResult `json:"enlarge,omitempty"`
 }
+
+// OpEnlarge is Result.Op of a transfer through an enlargement channel.
+const OpEnlarge = "enlarge channel (RDMA WRITE with immediate)"
 
 func (r *Result) finish(start time.Time) {
 	r.Elapsed = time.Since(start)
@@ -62,7 +67,8 @@ func ValidName(name string) error {
 }
 
 // Send stores size bytes read from r on the server at the other end of conn
-// under name, by RDMA WRITE from dev. It returns when the server has verified
+// under name, by RDMA WRITE from dev (through an enlargement channel when
+// opts.Enlarge is set). It returns when the server has verified
 // the SHA-256 and renamed the file into place. conn is closed on return.
 func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, size int64, name string, opts *Options) (res Result, err error) {
 	o := opts.withDefaults()
@@ -74,6 +80,9 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	defer cancel(nil)
 	c := newCtrl(ctx, conn)
 	defer c.close()
+	if o.Enlarge != nil {
+		return sendEnlarge(ctx, cancel, c, dev, r, size, name, &o)
+	}
 
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
 	q, err := newQPConn(dev, slotSize, slots, mr.LocalWrite, conn.LocalAddr())

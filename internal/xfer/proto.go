@@ -20,7 +20,8 @@ const ProtocolVersion = 1
 
 // Message types.
 const (
-	msgPut    = "put"    // client → server: store NAME (Size bytes) written by RDMA WRITE
+	msgPut = "put" // client → server: store NAME (Size bytes) written by RDMA WRITE
+	// msgPutEnlarge (enlarge.go): store NAME sent through an enlargement channel
 	msgGet    = "get"    // client → server: send NAME by RDMA READ
 	msgAccept = "accept" // server → client: the server's QP and staging buffer
 	msgData   = "data"   // a slot holds Len bytes of the content at Off
@@ -57,6 +58,9 @@ type message struct {
 
 	SHA256 string `json:"sha256,omitempty"`
 	Error  string `json:"error,omitempty"`
+
+	// Enlargement channel (put_enlarge and its accept).
+	Channel *channelInfo `json:"channel,omitempty"`
 }
 
 // ctrl carries this package's messages over a cm control connection (which

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/xdproce/xdproce/enlarge"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/qp"
 	"github.com/xdproce/xdproce/roce/wire"
@@ -37,6 +38,13 @@ type Options struct {
 	Progress func(done, total int64)
 	// Log receives diagnostics (nil: none).
 	Log *slog.Logger
+	// Enlarge, when set, makes Send move the file through an enlargement
+	// channel (package enlarge) with this configuration instead of RDMA
+	// WRITEs into the server's staging buffer; SlotSize and Slots are then
+	// not used. &enlarge.Config{} means enlarge's defaults;
+	// DefaultEnlargeConfig is what `xdproce send --enlarge` uses. Servers
+	// accept either kind of transfer whatever their Options.
+	Enlarge *enlarge.Config
 }
 
 func (o *Options) withDefaults() Options {

@@ -116,6 +116,9 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 	switch req.Type {
 	case msgPut:
 		res, err = s.servePut(ctx, cancel, c, &req)
+	case msgPutEnlarge:
+		op = msgPut
+		res, err = s.servePutEnlarge(ctx, cancel, c, &req)
 	case msgGet:
 		res, err = s.serveGet(ctx, cancel, c, &req)
 	default:

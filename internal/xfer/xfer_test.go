@@ -176,22 +176,25 @@ func TestRefusals(t *testing.T) {
 }
 
 // TestClientDiesMidTransfer: the client stops after announcing 1 MiB and
-// writing part of it; the server drops the temporary file.
+// sending part of it (by RDMA WRITE, and through an enlargement channel); the
+// server drops the temporary file.
 func TestClientDiesMidTransfer(t *testing.T) {
 	r := newRig(t, &Options{SlotSize: 64 << 10, Slots: 2})
-	ctx, cancel := context.WithCancel(t.Context())
-	pr := &slowReader{r: bytes.NewReader(randomBytes(1<<20, 9)), after: 256 << 10, cancel: cancel}
-	_, err := Send(ctx, r.client, r.dial(t), pr, 1<<20, "partial", &Options{SlotSize: 64 << 10, Slots: 2})
-	if err == nil {
-		t.Fatal("send succeeded after cancellation")
+	for _, o := range []*Options{{SlotSize: 64 << 10, Slots: 2}, {Enlarge: DefaultEnlargeConfig()}} {
+		ctx, cancel := context.WithCancel(t.Context())
+		pr := &slowReader{r: bytes.NewReader(randomBytes(1<<20, 9)), after: 256 << 10, cancel: cancel}
+		_, err := Send(ctx, r.client, r.dial(t), pr, 1<<20, "partial", o)
+		if err == nil {
+			t.Fatal("send succeeded after cancellation")
+		}
+		if err := <-r.srvErr; err == nil {
+			t.Error("server reported success for a partial transfer")
+		}
+		if _, err := os.Stat(filepath.Join(r.dir, "partial")); !os.IsNotExist(err) {
+			t.Errorf("partial file stored: %v", err)
+		}
+		assertNoTemp(t, r.dir)
 	}
-	if err := <-r.srvErr; err == nil {
-		t.Error("server reported success for a partial transfer")
-	}
-	if _, err := os.Stat(filepath.Join(r.dir, "partial")); !os.IsNotExist(err) {
-		t.Errorf("partial file stored: %v", err)
-	}
-	assertNoTemp(t, r.dir)
 }
 
 // slowReader cancels the transfer after some bytes.
