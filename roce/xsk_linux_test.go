@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/link/xsk"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/qp"
 )
@@ -210,4 +212,34 @@ func xdpAttached(t *testing.T, e *netlab.Iface) bool {
 		t.Fatalf("ip link show: %v: %s", err, out)
 	}
 	return strings.Contains(string(out), "prog/xdp")
+}
+
+// TestPrivilegedXSKMultiQueue: on veth with 4 queues the device opens a
+// socket per queue behind one link; traffic from a kernel UDP peer spread
+// over the queues (several QPs, so several source ports) all arrives.
+func TestPrivilegedXSKMultiQueue(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{Queues: 4})
+	if err := topo.A.NS.Do(func() error {
+		n, err := xsk.QueueCount(topo.A.Name)
+		if err == nil && n != 4 {
+			err = fmt.Errorf("%d rx queues, want 4", n)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := openIn(t, topo.A, roce.Options{Link: roce.LinkXSK})
+	b := openIn(t, topo.B, roce.Options{Link: roce.LinkUDP})
+	p := &devPair{a: a, b: b}
+	runOperations(t, p)
+	total := int64(16 << 20)
+	if testing.Short() {
+		total = 4 << 20
+	}
+	runMixed(t, p, total, 8)
+	// And the reverse roles: requests from the AF_XDP side.
+	p2 := &devPair{a: b, b: a}
+	runMixed(t, p2, total, 8)
+	t.Logf("a %+v", a.Stats())
 }
