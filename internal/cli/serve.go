@@ -132,4 +132,7 @@ func printServed(env *Env, asJSON bool, op string, res xfer.Result, err error) {
 	}
 	fmt.Fprintf(env.Stdout, "%s %s: %d bytes, sha256 %s, %.2f Gb/s by %s over %s\n",
 		verb, res.Name, res.Size, res.SHA256, res.Gbps, res.Op, res.Link)
+	if res.Enlarge != nil {
+		printEnlarge(env, res.Enlarge)
+	}
 }

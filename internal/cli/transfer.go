@@ -16,7 +16,7 @@ import (
 
 var sendCommand = &Command{
 	Name:       "send",
-	ShortUsage: "xdproce send --dev IF [--name NAME] [--json] [--tls-fingerprint HEX] HOST FILE",
+	ShortUsage: "xdproce send --dev IF [--name NAME] [--enlarge] [--json] [--tls-fingerprint HEX] HOST FILE",
 	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
 	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
 server's control port is not 18515) by RDMA WRITE into the server's
@@ -25,15 +25,31 @@ registered buffer, a few megabytes at a time. The server stores it in its
 SHA-256 it computed matches the one sent here. The control connection is
 retried for a few seconds while the server starts.
 
+With --enlarge the file goes through an enlargement channel instead (package
+enlarge): one RC connection that starts with a 16 × 512 B ring on each side
+and promotes the sending direction along the ladder 512 B → 8 KiB → 128 KiB
+only as the messages need it. The messages are sized so that a file of more
+than 14,744 bytes climbs every step (up to 460 bytes go eagerly through the
+ring, without promotion). At each promotion an ENLARGE_REQ goes in a ring
+slot, the server frees its ring, registers the larger buffer and RDMA-writes
+an ENLARGE_ACK into this side's mailbox, and only then does the data follow,
+by RDMA WRITE with immediate into the new buffer. With --capture it is all in
+the capture: 'xdproce dump' prints ENLARGE_REQ, ENLARGE_ACK and
+ENLARGE_CREDIT with their fields. The SHA-256 check and the temporary file
+are as without it; the result adds the phase reached, the promotions and the
+bytes this side had registered.
+
 On a terminal a progress bar with rate and ETA goes to stderr. The result
 goes to stdout: the size, the verified SHA-256, the throughput and the link
 that carried it (with --json as one object: name, size, sha256, seconds,
-gbps, link, peer_link, path_mtu, op).
+gbps, link, peer_link, path_mtu, op, and with --enlarge an "enlarge" object:
+phase, slot_size, promotions, control_sent, messages, registered_bytes).
 
 EXAMPLES
   sudo xdproce send --dev eth1 198.51.100.1 ./disk.img
   xdproce send --dev eth1 --link udp 198.51.100.1 notes.txt --name notes-v2.txt
   sudo xdproce send --dev eth1 --capture send.pcapng 198.51.100.1:9000 data.bin
+  sudo xdproce send --dev eth1 --enlarge --capture f.pcapng 198.51.100.1 data.bin && xdproce dump f.pcapng
   sudo xdproce send --dev eth1 --tls-fingerprint 3f9a...c2 198.51.100.1 data.bin`,
 	Setup: setupSend,
 }
@@ -64,6 +80,7 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	name := fs.String("name", "", "store the file on the server as `NAME` (default: FILE's base name)")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
+	enl := fs.Bool("enlarge", false, "send through an enlargement channel (small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA WRITE into a staging buffer")
 	var tf tlsFlags
 	tf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -107,6 +124,9 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		o := &xfer.Options{Log: env.Log}
 		if bar != nil {
 			o.Progress = bar.update
+		}
+		if *enl {
+			o.Enlarge = xfer.DefaultEnlargeConfig()
 		}
 		res, err := xfer.Send(ctx, dev.Device, conn, f, st.Size(), *name, o)
 		bar.finish()
@@ -202,5 +222,16 @@ func printResult(env *Env, asJSON bool, verb, path string, res xfer.Result) erro
 	}
 	_, err := fmt.Fprintf(env.Stdout, "%s %s (%s): %d bytes, sha256 %s verified; %.2f Gb/s in %v by %s over %s, path MTU %d\n",
 		verb, path, res.Name, res.Size, res.SHA256, res.Gbps, res.Elapsed.Round(time.Millisecond), res.Op, res.Link, res.PathMTU)
+	if err == nil && res.Enlarge != nil {
+		err = printEnlarge(env, res.Enlarge)
+	}
+	return err
+}
+
+// printEnlarge is the second result line of a transfer through an
+// enlargement channel.
+func printEnlarge(env *Env, e *xfer.EnlargeResult) error {
+	_, err := fmt.Fprintf(env.Stdout, "enlarge: phase %d (%d B slots) after %d promotions, %d control messages, %d messages, %d B registered here\n",
+		e.Phase, e.SlotSize, e.Promotions, e.ControlSent, e.Messages, e.Registered)
 	return err
 }

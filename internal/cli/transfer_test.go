@@ -201,7 +201,13 @@ type server struct {
 
 func startServer(t *testing.T, topo *netlab.Topo, extra ...string) *server {
 	t.Helper()
-	s := &server{dir: t.TempDir(), done: make(chan error, 1)}
+	return startServerIn(t, topo, t.TempDir(), extra...)
+}
+
+// startServerIn starts 'xdproce serve' with --dir dir.
+func startServerIn(t *testing.T, topo *netlab.Topo, dir string, extra ...string) *server {
+	t.Helper()
+	s := &server{dir: dir, done: make(chan error, 1)}
 	args := append([]string{"serve", "--dev", topo.A.Name, "--dir", s.dir, "--link", "xsk"}, extra...)
 	s.cmd = topo.A.NS.Command(context.Background(), binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
@@ -405,6 +411,28 @@ func TestPrivilegedTransferFailures(t *testing.T) {
 	// appears under the final name.
 	if _, err := os.Stat(filepath.Join(s.dir, "big2")); !os.IsNotExist(err) {
 		t.Errorf("big2 exists after the server died: %v", err)
+	}
+	if !hasPart(s.dir) {
+		t.Fatalf("the killed server left no temporary file in %s", s.dir)
+	}
+	// A new server on the same directory removes it at start-up and says so.
+	s = startServerIn(t, topo, s.dir)
+	waitOutput(t, &s.errb, "serving on")
+	if !strings.Contains(s.errb.String(), ".big2.xdproce-") || !strings.Contains(s.errb.String(), "receiver died") {
+		t.Errorf("serve start-up did not report the stale temporary file: %q", s.errb.String())
+	}
+	noPartial(t, s.dir, "big2")
+}
+
+// waitOutput waits until b holds want.
+func waitOutput(t *testing.T, b *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in %q", want, b.String())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

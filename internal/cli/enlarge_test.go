@@ -1,0 +1,172 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
+)
+
+// dumpRecord is the part of a 'dump --json' record these tests read.
+type dumpRecord struct {
+	Index int    `json:"index"`
+	Dir   string `json:"dir"`
+	BTH   struct {
+		Opcode  string `json:"opcode"`
+		DestQPN uint32 `json:"dest_qpn"`
+	} `json:"bth"`
+	Payload     string `json:"payload"`
+	PayloadKind string `json:"payload_kind"`
+	PayloadLen  int    `json:"payload_len"`
+}
+
+// selfStart is this process's start time from /proc/self/stat (field 22).
+func selfStart(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return f[22-3]
+}
+
+// TestPrivilegedSendEnlarge: 'send --enlarge' moves a 4 MiB file through an
+// enlargement channel between two namespaces over AF_XDP, byte-exact; the
+// sending direction climbs every step of the ladder, and the client's
+// capture shows it: ENLARGE_REQ phase 1, its ENLARGE_ACK, data, ENLARGE_REQ
+// phase 2, its ACK, data, with no data frame on the channel before the first
+// ACK nor between a request and its ACK. The capture passes dump --verify.
+// Serve's start-up removes a temporary file of a dead receiver and keeps one
+// of a live process.
+func TestPrivilegedSendEnlarge(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	dir := t.TempDir()
+	dead := ".victim.xdproce-4194999-1-1.part" // above the largest pid_max
+	live := ".busy.xdproce-" + strconv.Itoa(os.Getpid()) + "-" + selfStart(t) + "-2.part"
+	for _, n := range []string{dead, live} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServerIn(t, topo, dir)
+	waitOutput(t, &s.errb, "serving on")
+	if _, err := os.Stat(filepath.Join(dir, dead)); !os.IsNotExist(err) {
+		t.Errorf("stale %s kept: %v", dead, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, live)); err != nil {
+		t.Errorf("%s of a live process removed: %v", live, err)
+	}
+	if !strings.Contains(s.errb.String(), "removed "+filepath.Join(dir, dead)) || strings.Contains(s.errb.String(), live) {
+		t.Errorf("serve start-up output: %q", s.errb.String())
+	}
+	os.Remove(filepath.Join(dir, live))
+
+	work := t.TempDir()
+	src := filepath.Join(work, "climb")
+	const size = 4<<20 + 123
+	data := writeFile(t, src, size, 11)
+	want := sha256.Sum256(data)
+	capPath := filepath.Join(work, "enlarge.pcapng")
+	r := runCmd(t, clientCmd(topo, "send", "--enlarge", "--json", "--capture", capPath, topo.A.IPv4.String(), src))
+	if r.code != 0 {
+		t.Fatalf("send --enlarge: exit %d: %s\nserver: %s", r.code, r.stderr, s.errb.String())
+	}
+	var res struct {
+		Size    int64  `json:"size"`
+		SHA256  string `json:"sha256"`
+		Op      string `json:"op"`
+		Link    string `json:"link"`
+		Enlarge *struct {
+			Phase      int `json:"phase"`
+			SlotSize   int `json:"slot_size"`
+			Promotions int `json:"promotions"`
+			Control    int `json:"control_sent"`
+		} `json:"enlarge"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("send output %q: %v", r.stdout, err)
+	}
+	if res.Size != size || res.SHA256 != hexString(want[:]) || !strings.HasPrefix(res.Op, "enlarge") ||
+		!strings.HasPrefix(res.Link, "AF_XDP") || res.Enlarge == nil {
+		t.Fatalf("result %+v", res)
+	}
+	if e := res.Enlarge; e.Phase != 2 || e.SlotSize != 128<<10 || e.Promotions != 2 || e.Control != 2 {
+		t.Errorf("channel %+v, want phase 2 (128 KiB) after 2 promotions", *e)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "climb")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, size)
+	}
+	noPartial(t, dir, "")
+
+	t.Logf("send: %s", r.stdout)
+	v := runBinary(t, "dump", "--verify", capPath)
+	if v.code != 0 {
+		t.Fatalf("dump --verify: exit %d: %s", v.code, v.stderr)
+	}
+	if lines := strings.SplitN(v.stdout, "\n", 13); len(lines) == 13 {
+		t.Logf("capture begins:\n%s", strings.Join(lines[:12], "\n"))
+	}
+	for _, w := range []string{"[ENLARGE_REQ phase=1 size=7372]", "[ENLARGE_ACK addr=0x", "len=32768 phase=1]",
+		"[ENLARGE_REQ phase=2 size=1048576]", "len=524288 phase=2]", "[ENLARGE_CREDIT phase=2"} {
+		if !strings.Contains(v.stdout, w) {
+			t.Errorf("dump lacks %q", w)
+		}
+	}
+	js := runBinary(t, "dump", "--json", capPath)
+	if js.code != 0 {
+		t.Fatalf("dump --json: exit %d: %s", js.code, js.stderr)
+	}
+	var events []string // REQn, ACKn, DATA (this side's writes of content)
+	for _, line := range strings.Split(strings.TrimSpace(js.stdout), "\n") {
+		var rec dumpRecord
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		switch {
+		case rec.PayloadKind == "enlarge" && strings.HasPrefix(rec.Payload, "ENLARGE_REQ"):
+			if rec.Dir != "out" {
+				t.Errorf("frame %d: ENLARGE_REQ %s", rec.Index, rec.Dir)
+			}
+			events = append(events, "REQ"+field(rec.Payload, "phase"))
+		case rec.PayloadKind == "enlarge" && strings.HasPrefix(rec.Payload, "ENLARGE_ACK"):
+			if rec.Dir != "in" {
+				t.Errorf("frame %d: ENLARGE_ACK %s", rec.Index, rec.Dir)
+			}
+			events = append(events, "ACK"+field(rec.Payload, "phase"))
+		case rec.Dir == "out" && strings.Contains(rec.BTH.Opcode, "RDMA_WRITE") && rec.PayloadKind == "" && rec.PayloadLen > 0:
+			if n := len(events); n == 0 || events[n-1] != "DATA" {
+				events = append(events, "DATA")
+			}
+		}
+	}
+	got := strings.Join(events, " ")
+	if want := "REQ1 ACK1 DATA REQ2 ACK2 DATA"; got != want {
+		t.Errorf("channel events in the capture: %s, want %s", got, want)
+	}
+	s.stop(t)
+	for _, w := range []string{"received climb: 4194427 bytes", "enlarge: phase 2 (131072 B slots) after 2 promotions"} {
+		if !strings.Contains(s.out.String(), w) {
+			t.Errorf("server output lacks %q:\n%s", w, s.out.String())
+		}
+	}
+}
+
+// field returns the value of key=value in a described payload.
+func field(desc, key string) string {
+	for _, f := range strings.Fields(strings.Trim(desc, "[]")) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return fmt.Sprintf("(no %s)", key)
+}
