@@ -44,9 +44,11 @@
 // reordered NAKs cost nothing; progress restores retry_cnt. The responder
 // answers requests, repeated ones included, in the order they arrive.
 // Two additions keep lossy paths usable without changing the wire: the send
-// window halves on loss and grows back by one PSN per window acknowledged,
-// and after a loss only a timer found restarts small and doubles per round
-// trip (Config.FixedWindow turns this off); and an ACK asked for (AckReq)
+// window starts at 128 PSNs and doubles per round trip, halves on loss (not
+// below the path's estimated bandwidth-delay product, 12 to 32 PSNs) and
+// grows back by one PSN per window acknowledged, and after a loss only a
+// timer found restarts small and doubles again (Config.FixedWindow turns
+// this off); and an ACK asked for (AckReq)
 // that is overdue by twice the measured round trip triggers a resend
 // without waiting for the local ACK timeout (this does not spend
 // retry_cnt). Round trips are sampled as TCP does (never on a resent

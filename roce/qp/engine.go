@@ -97,6 +97,9 @@ func (q *QP) applyCtl() {
 		q.comp.retries = e.attr.RetryCnt
 		q.comp.rnrRetries = e.attr.RNRRetry
 		q.comp.cwnd = q.window
+		if !q.fixedWin {
+			q.comp.cwnd = min(q.window, initialWindow) // slow start
+		}
 		q.comp.ssthresh = q.window
 	}
 	e.state = target

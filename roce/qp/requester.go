@@ -300,7 +300,10 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 	if q.typ == RC {
 		r.sinceAckReq++
 		full := uint32(wire.PSNDiff(r.psn, q.comp.ackPSN))+1 >= q.comp.cwnd
-		if last || full || r.sinceAckReq >= min(ackReqEvery, max(q.comp.cwnd/4, 8)) {
+		// AckReq every eighth of the window (at least every second
+		// packet): on a lossy path the window is small and frequent ACKs
+		// keep a lost one from stalling it until a timer.
+		if last || full || r.sinceAckReq >= min(ackReqEvery, max(q.comp.cwnd/8, 2)) {
 			p.BTH.AckReq = true
 			r.sinceAckReq = 0
 		}

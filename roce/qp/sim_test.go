@@ -151,8 +151,13 @@ func simulate(t *testing.T, loss float64, total int, sc simCfg) (int, int) {
 // paths: fast (4 frames/µs, 25 µs one way: a bandwidth-delay product of 200
 // frames), relay (0.25 frames/µs, 48 µs: 24 frames) and veth (0.25
 // frames/µs, 16 µs: 8 frames), each with a 256-frame transmit ring. The
-// adaptive window must not slow the clean run and must beat the fixed one
-// under loss.
+// adaptive window must beat the fixed one under loss, keep the goodput it
+// reached (fast 6 %, relay 35 %, veth 54 % of loss-free at the time of
+// writing; go-back-N resends all in flight after each loss, which bounds it
+// near 1/(1 + loss × bandwidth-delay product), so the fast path cannot
+// reach much more without selective repeat), and not slow the clean run by
+// more than 2 % (its slow start from 128 PSNs costs two round trips where
+// the bandwidth-delay product is 200 frames).
 func TestGoodputUnderLoss(t *testing.T) {
 	total := 8 << 20
 	if *long {
@@ -162,7 +167,8 @@ func TestGoodputUnderLoss(t *testing.T) {
 		name              string
 		rate, delay, step int
 		timeout           uint8
-	}{{"fast", 4, 25, 1000, 9}, {"relay", 1, 12, 4000, 10}, {"veth", 1, 4, 4000, 8}} {
+		floor             float64 // goodput of the adaptive window under loss, at least
+	}{{"fast", 4, 25, 1000, 9, 0.05}, {"relay", 1, 12, 4000, 10, 0.30}, {"veth", 1, 4, 4000, 8, 0.48}} {
 		var good [2]float64
 		var clean [2]int
 		for i, fixed := range []bool{false, true} {
@@ -173,8 +179,11 @@ func TestGoodputUnderLoss(t *testing.T) {
 			t.Logf("%s, fixed window %v: %.1f ms clean (%d frames), %.1f ms with 5%% loss (%d frames): goodput %.0f %% of clean",
 				path.name, fixed, float64(c)*float64(path.step)/1e6, sent0, float64(lossy)*float64(path.step)/1e6, sent, 100*good[i])
 		}
-		if clean[0] > clean[1] {
+		if float64(clean[0]) > 1.02*float64(clean[1]) {
 			t.Errorf("%s: the adaptive window slows the clean run (%d vs %d steps)", path.name, clean[0], clean[1])
+		}
+		if good[0] < path.floor {
+			t.Errorf("%s: goodput under loss %.0f %% of clean, want at least %.0f %%", path.name, 100*good[0], 100*path.floor)
 		}
 		if good[0] < good[1] {
 			t.Errorf("%s: the adaptive window does worse under loss (%.2f vs %.2f)", path.name, good[0], good[1])
