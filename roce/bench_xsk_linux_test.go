@@ -21,13 +21,13 @@ import (
 
 // openBenchPair opens devices of the given link kind on both ends of a veth
 // pair with the given MTU.
-func openBenchPair(b *testing.B, mtu int, kind roce.LinkKind) *devPair {
+func openBenchPair(b *testing.B, mtu int, o roce.Options) *devPair {
 	topo := netlab.Pair(b, netlab.LinkConfig{MTU: mtu})
 	var ds [2]*roce.Device
 	for i, e := range []*netlab.Iface{topo.A, topo.B} {
 		if err := e.NS.Do(func() error {
 			var err error
-			ds[i], err = roce.Open(e.Name, &roce.Options{Link: kind})
+			ds[i], err = roce.Open(e.Name, &o)
 			return err
 		}); err != nil {
 			b.Fatal(err)
@@ -44,7 +44,7 @@ func BenchmarkPrivilegedXSKWrite64K(b *testing.B) {
 	netlab.Privileged(b)
 	for _, c := range []struct{ pmtu, mtu int }{{1024, 1500}, {4096, 9000}} {
 		b.Run("pmtu="+itoa(c.pmtu), func(b *testing.B) {
-			p := openBenchPair(b, c.mtu, roce.LinkXSK)
+			p := openBenchPair(b, c.mtu, roce.Options{Link: roce.LinkXSK})
 			benchOps(b, p, qp.WRRDMAWrite, 64<<10, 16)
 		})
 	}
@@ -56,7 +56,7 @@ func BenchmarkPrivilegedXSKUDPWrite64K(b *testing.B) {
 	netlab.Privileged(b)
 	for _, c := range []struct{ pmtu, mtu int }{{1024, 1500}, {4096, 9000}} {
 		b.Run("pmtu="+itoa(c.pmtu), func(b *testing.B) {
-			p := openBenchPair(b, c.mtu, roce.LinkUDP)
+			p := openBenchPair(b, c.mtu, roce.Options{Link: roce.LinkUDP})
 			benchOps(b, p, qp.WRRDMAWrite, 64<<10, 16)
 		})
 	}
@@ -67,9 +67,16 @@ func BenchmarkPrivilegedXSKUDPWrite64K(b *testing.B) {
 // the median and 99th percentile in microseconds.
 func BenchmarkPrivilegedXSKSendLatency(b *testing.B) {
 	netlab.Privileged(b)
-	for _, kind := range []roce.LinkKind{roce.LinkXSK, roce.LinkUDP} {
-		b.Run("link="+kind.String(), func(b *testing.B) {
-			p := openBenchPair(b, 1500, kind)
+	for _, c := range []struct {
+		kind roce.LinkKind
+		busy time.Duration
+	}{{roce.LinkXSK, 0}, {roce.LinkXSK, 200 * time.Microsecond}, {roce.LinkUDP, 0}} {
+		name := "link=" + c.kind.String()
+		if c.busy > 0 {
+			name += "/busypoll=" + itoa(int(c.busy.Microseconds())) + "us"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := openBenchPair(b, 1500, roce.Options{Link: c.kind, BusyPoll: c.busy})
 			benchPingPong(b, p)
 		})
 	}

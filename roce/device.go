@@ -87,6 +87,11 @@ type Options struct {
 	// XDPMode is the attach mode of the steering program under Open:
 	// "" (native, falling back to generic), "native" or "generic".
 	XDPMode string
+	// BusyPoll keeps the engine polling the link, without sleeping, for this
+	// long after its last activity: lower latency for a core's worth of CPU.
+	// 0 (the default) sleeps in the link's Wait as soon as there is nothing
+	// to do.
+	BusyPoll time.Duration
 }
 
 // Stats counts what the progress engine did. All counters only grow.

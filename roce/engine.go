@@ -2,6 +2,7 @@ package roce
 
 import (
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/xdproce/xdproce/link"
@@ -54,6 +55,8 @@ func (e *engine) run() {
 	d := e.d
 	defer close(d.done)
 	defer e.tx.release()
+	busy := int64(d.opts.BusyPoll)
+	var active int64 // time of the last round that did something
 	for !d.closing.Load() {
 		now := d.now()
 		n, err := e.l.Receive(e.rx)
@@ -68,6 +71,9 @@ func (e *engine) run() {
 			e.input(e.rx[i], now)
 		}
 		e.collect(now)
+		if n > 0 || len(e.work) > 0 {
+			active = now
+		}
 		for i, q := range e.work {
 			e.work[i] = nil
 			q.touched = false
@@ -90,6 +96,10 @@ func (e *engine) run() {
 		e.publish()
 		if err == nil && n == len(e.rx) {
 			continue // more frames are waiting
+		}
+		if busy > 0 && now-active < busy {
+			runtime.Gosched()
+			continue
 		}
 		// Sleep until a frame, a doorbell or the next deadline.
 		timeout := time.Duration(-1)
