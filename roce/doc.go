@@ -24,12 +24,20 @@
 // per-QP submission queues and the CQ rings of roce/qp; the data path
 // allocates nothing per packet.
 //
+// The engine sleeps in the link's Wait when idle; Options.BusyPoll makes it
+// poll for a while after activity instead (round trips of a few
+// microseconds instead of a hundred or more on veth, for a busy core).
+//
 // # Links and addresses
 //
 // Open chooses the link: AF_XDP (link/xsk with the XDP steering program of
 // package bpf) when the process is privileged and the interface supports it,
 // otherwise kernel UDP sockets (link/udp); Device.LinkName and Device.LinkReason
-// say which and why. The GID table follows rxe: index 0 is the fe80:: address
+// say which and why. Under AF_XDP there is one socket per rx queue (the
+// steering program redirects a frame to the socket of the queue it arrived
+// on); one engine serves them all, receiving from each in turn and sending
+// through the first. Over UDP, Open binds port 4791 (Options.UDPPort) on
+// all addresses of the namespace, so one such device per namespace and port. The GID table follows rxe: index 0 is the fe80:: address
 // made from the MAC (EUI-64), present even when IPv6 is disabled; index 1 is the
 // first IPv4 address as ::ffff:a.b.c.d; then the other addresses. Destination
 // MACs come from the kernel neighbour table through netlink; when an entry is
