@@ -26,11 +26,12 @@ import (
 
 // Environment of the suite.
 const (
-	envEnable = "XDPROCE_INTEROP"        // 1: run (building the image if needed); 0: never
-	envState  = "XDPROCE_INTEROP_STATE"  // a guest.sh state directory: use that running guest
-	envCache  = "XDPROCE_INTEROP_CACHE"  // image cache (default /var/cache/xdproce-interop)
-	envBin    = "XDPROCE_INTEROP_BIN"    // the xdproce binary (default: built from ./cmd/xdproce)
-	envMatrix = "XDPROCE_INTEROP_MATRIX" // also write the matrix to this file
+	envEnable  = "XDPROCE_INTEROP"         // 1: run (building the image if needed); 0: never
+	envState   = "XDPROCE_INTEROP_STATE"   // a guest.sh state directory: use that running guest
+	envCache   = "XDPROCE_INTEROP_CACHE"   // image cache (default /var/cache/xdproce-interop)
+	envBin     = "XDPROCE_INTEROP_BIN"     // the xdproce binary (default: built from ./cmd/xdproce)
+	envMatrix  = "XDPROCE_INTEROP_MATRIX"  // also write the matrix to this file
+	envXDPMode = "XDPROCE_INTEROP_XDPMODE" // XDP attach mode on the tap: "" (native, else generic), native, generic
 )
 
 func cacheDir() string {
@@ -142,6 +143,9 @@ func teardownSuite() {
 	}
 	if suite.tmp != "" {
 		os.RemoveAll(suite.tmp)
+	}
+	if xd.dir != "" {
+		os.RemoveAll(xd.dir)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 
 var xd struct {
 	once sync.Once
+	dir  string // a temporary directory holding a binary built for this run
 	bin  string
 	err  error
 	mu   sync.Mutex
@@ -45,7 +46,7 @@ func xdproceBin(t *testing.T) string {
 			xd.err = err
 			return
 		}
-		xd.bin = filepath.Join(dir, "xdproce")
+		xd.dir, xd.bin = dir, filepath.Join(dir, "xdproce")
 		cmd := exec.Command("go", "build", "-o", xd.bin, "../cmd/xdproce")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
