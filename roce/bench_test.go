@@ -125,4 +125,7 @@ func benchOps(b *testing.B, p *devPair, op qp.WROpcode, size, depth int) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
 	b.ReportMetric(float64(b.N)*float64(size)*8/el.Seconds()/1e9, "Gb/s")
+	if sa := p.a.Stats(); sa.TxFrames > 0 {
+		b.ReportMetric(float64(sa.Retransmits)/float64(sa.TxFrames)*100, "%retx")
+	}
 }
