@@ -175,6 +175,17 @@ func (c *chanConn) close() {
 	})
 }
 
+// channelBytes is the most a channel end with configuration cfg (valid)
+// registers at once: mailbox, receive buffer and send buffer of its largest
+// step, and the eager pool.
+func channelBytes(cfg *enlarge.Config) int {
+	n := enlarge.MailboxLen + 2*cfg.RingBytes(0) // ring and pool
+	for p := 1; p < len(cfg.Ladder); p++ {
+		n = max(n, enlarge.MailboxLen+cfg.RingBytes(0)+2*cfg.RingBytes(p))
+	}
+	return n
+}
+
 // enlargeSizes returns the sizes of the content's channel messages for cfg
 // (defaults filled in), through which the sending direction climbs the
 // ladder one step at a time: one message at the threshold of each step below
@@ -311,6 +322,9 @@ func (s *Server) servePutEnlarge(ctx context.Context, cancel context.CancelCause
 	cfg, err := req.Channel.config()
 	if err != nil {
 		return res, refuse(c, err)
+	}
+	if need, limit := channelBytes(cfg), o.SlotSize*o.Slots; need > limit {
+		return res, refuse(c, fmt.Errorf("enlargement channel: its buffers would take %d bytes, over this server's limit of %d", need, limit))
 	}
 	dst := filepath.Join(s.Dir, req.Name)
 	tmp, err := createTemp(dst)

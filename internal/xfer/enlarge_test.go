@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +75,42 @@ func TestSendEnlarge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEnlargeRefusals: a put_enlarge without a channel, with a configuration
+// enlarge refuses, or whose buffers exceed the server's staging limit is
+// refused with the reason, and nothing is written.
+func TestEnlargeRefusals(t *testing.T) {
+	r := newRig(t, nil)
+	for _, tt := range []struct {
+		ch   *channelInfo
+		want string
+	}{
+		{nil, "no channel in the request"},
+		{&channelInfo{Mode: "enlarge", Ladder: []int{512, 8192}, RingSlots: 16, LargeSlots: 1, Threshold: 50}, "threshold 50%"},
+		{&channelInfo{Mode: "enlarge", Ladder: []int{512}, RingSlots: 16, LargeSlots: 1, Threshold: 90}, "ladder has 1 steps"},
+		{&channelInfo{Mode: "sideways", Ladder: []int{512, 8192}, RingSlots: 16, LargeSlots: 1, Threshold: 90}, `unknown mode "sideways"`},
+		{&channelInfo{Mode: "enlarge", Ladder: []int{512, 8192}}, "configuration incomplete"},
+		{&channelInfo{Mode: "baseline", Ladder: []int{1 << 20}, RingSlots: 1024, LargeSlots: 1, Threshold: 90}, "over this server's limit"},
+	} {
+		c := newCtrl(t.Context(), r.dial(t))
+		req := &message{Type: msgPutEnlarge, Version: ProtocolVersion, Name: "refused", Size: 10, Channel: tt.ch,
+			QPN: 0x11, GID: "::ffff:127.0.0.1", PathMTU: 1024}
+		if err := c.send(req); err != nil {
+			t.Fatal(err)
+		}
+		var m message
+		err := c.expect(&m, msgAccept)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("channel %+v: %v, want an error with %q", tt.ch, err, tt.want)
+		}
+		if err := <-r.srvErr; err == nil {
+			t.Errorf("channel %+v: server reported success", tt.ch)
+		}
+		c.close()
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "refused")); !os.IsNotExist(err) {
+		t.Errorf("refused file exists: %v", err)
+	}
+	assertNoTemp(t, r.dir)
 }
