@@ -71,6 +71,7 @@ func TestPrivilegedInteropExchange(t *testing.T) {
 	local := cm.PingpongDest{QPN: 0x000123, PSN: 0x0abcde, GID: hostGID}
 
 	t.Run("ibv_rc_pingpong/cm-client", func(t *testing.T) {
+		g := needGuest(t) // again: reboots the guest if the path to it died
 		record(t, "ibv_rc_pingpong", "cm exchange only", "client", "tcp", nil)
 		srv := g.start(t, "exec stdbuf -oL ibv_rc_pingpong -d rxe0 -g $XI_GID_INDEX -s 64 -n 1")
 		g.guestListening(t, srv, cm.DefaultPort, 30*time.Second)
@@ -94,6 +95,7 @@ func TestPrivilegedInteropExchange(t *testing.T) {
 	})
 
 	t.Run("ibv_rc_pingpong/cm-server", func(t *testing.T) {
+		g := needGuest(t) // again: reboots the guest if the path to it died
 		record(t, "ibv_rc_pingpong", "cm exchange only", "server", "tcp", nil)
 		l, err := g.listenIn(cm.DefaultPort)
 		if err != nil {
@@ -128,6 +130,7 @@ func TestPrivilegedInteropExchange(t *testing.T) {
 		cAltHex(uint64(keys.QPN), 6), cAltHex(uint64(keys.PSN), 6), cAltHex(uint64(keys.RKey), 8), cAltHex(keys.VAddr, 16))
 
 	t.Run("ib_write_bw/cm-client", func(t *testing.T) {
+		g := needGuest(t) // again: reboots the guest if the path to it died
 		record(t, "ib_write_bw", "cm exchange + report", "client", "tcp", nil)
 		// The server is passive in a WRITE test: the whole exchange runs with no RDMA at all,
 		// and it prints the report the client sends.
@@ -160,6 +163,7 @@ func TestPrivilegedInteropExchange(t *testing.T) {
 	})
 
 	t.Run("ib_write_bw/cm-server", func(t *testing.T) {
+		g := needGuest(t) // again: reboots the guest if the path to it died
 		record(t, "ib_write_bw", "cm exchange only", "server", "tcp", nil)
 		l, err := g.listenIn(cm.DefaultPort)
 		if err != nil {

@@ -170,12 +170,13 @@ func linkKind(name string) roce.LinkKind {
 // TestPrivilegedInteropFacadePingpong: ibv_rc_pingpong against roce+cm, 64 B and 3000 B,
 // 20 iterations, both roles, over AF_XDP and link/udp.
 func TestPrivilegedInteropFacadePingpong(t *testing.T) {
-	g := needGuest(t)
+	needGuest(t) // boots the guest once, before the runs
 	const iters = 20
 	for _, link := range []string{"xsk", "udp"} {
 		for _, size := range []int{64, 3000} {
 			for _, srv := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%dB/xdproce-%s", link, size, role(srv)), func(t *testing.T) {
+					g := needGuest(t) // again: reboots the guest if the path to it died
 					note := ""
 					record(t, "ibv_rc_pingpong", fmt.Sprintf("SEND %d B x%d roce+cm", size, iters), role(srv), link, &note)
 					ctx := ctxFor(t, 90*time.Second)
@@ -232,7 +233,7 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 // AF_XDP: ib_write_bw, ib_read_bw, ib_send_bw (4096 B x100, 65536 B x20), ib_atomic_bw
 // (FETCH_AND_ADD, CMP_AND_SWAP), ib_send_lat.
 func TestPrivilegedInteropFacadePerftest(t *testing.T) {
-	g := needGuest(t)
+	needGuest(t) // boots the guest once, before the runs
 	type tc struct {
 		test        cm.PerftestTest
 		op, atomic  string
@@ -254,6 +255,7 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 	for _, c := range cases {
 		for _, srv := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%v/%s/xdproce-%s", c.test, strings.ReplaceAll(c.op, " ", "_"), role(srv)), func(t *testing.T) {
+				g := needGuest(t) // again: reboots the guest if the path to it died
 				note := ""
 				record(t, c.test.String(), c.op, role(srv), "xsk", &note)
 				ctx := ctxFor(t, 120*time.Second)

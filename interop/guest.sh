@@ -110,8 +110,11 @@ ENV
   echo "QEMU_PID=$QEMU_PID" >> "$STATE/env"
   if [ -n "$WATCH" ]; then
     SELF=$(readlink -f "$0")
-    setsid bash -c 'while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done; "$3" down "$4"' \
-      watch "$WATCH" "$QEMU_PID" "$SELF" "$STATE" < /dev/null > /dev/null 2>&1 &
+    # Gone watcher: tear down; gone QEMU: tear down only if this QEMU is still the state's
+    # (a reboot with the same state has its own watcher).
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done
+      kill -0 "$1" 2>/dev/null && ! grep -qx "QEMU_PID=$2" "$4/env" && exit 0
+      "$3" down "$4"' watch "$WATCH" "$QEMU_PID" "$SELF" "$STATE" < /dev/null > /dev/null 2>&1 &
   fi
   t0=$SECONDS
   while [ ! -e "$SHARE/ready" ]; do

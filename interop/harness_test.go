@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -51,13 +52,14 @@ type guest struct {
 }
 
 var suite struct {
-	decide sync.Once // sets skip
-	once   sync.Once // boots or attaches
-	g      *guest
-	skip   string // why interop tests skip
-	err    error  // boot failure: interop tests fail with it
-	booted bool   // this process booted the guest and takes it down
-	tmp    string
+	decide  sync.Once // sets skip
+	once    sync.Once // boots or attaches
+	g       *guest
+	skip    string // why interop tests skip
+	err     error  // boot failure: interop tests fail with it
+	booted  bool   // this process booted the guest and takes it down
+	tmp     string
+	reboots int // guests rebooted because the path to them died
 }
 
 // suiteEnabled skips t unless the suite is to run here (root, and an image or a guest to use).
@@ -72,7 +74,9 @@ func suiteEnabled(t *testing.T) {
 	}
 }
 
-// needGuest returns the guest, booting it on first use, or skips/fails t.
+// needGuest returns the guest, booting it on first use, or skips/fails t. When the IP path
+// between the namespace and the guest is dead (the tap has been seen to wedge: QEMU stops
+// passing the guest's frames), it reboots the guest first.
 func needGuest(t *testing.T) *guest {
 	t.Helper()
 	suiteEnabled(t)
@@ -80,7 +84,56 @@ func needGuest(t *testing.T) *guest {
 	if suite.err != nil {
 		t.Fatal(suite.err)
 	}
-	return suite.g
+	g := suite.g
+	if !g.pathOK() {
+		time.Sleep(2 * time.Second)
+		if !g.pathOK() {
+			t.Logf("interop: no IP path between namespace %s and the guest (tap wedged); rebooting the guest", g.netns)
+			if err := g.reboot(); err != nil {
+				t.Fatalf("interop: reboot of the guest: %v", err)
+			}
+			suite.reboots++
+		}
+	}
+	return g
+}
+
+// pathOK reports whether the guest answers a TCP connection from the namespace (a refusal on
+// the discard port is an answer) within two seconds.
+func (g *guest) pathOK() bool {
+	err := g.inNetns(func() error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(g.guestIP, "9"), 2*time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+		return err
+	})
+	return err == nil
+}
+
+// reboot powers the guest off and boots it again with the same state directory and
+// namespace name (so run.sh's cleanup still finds it).
+func (g *guest) reboot() error {
+	if out, err := exec.Command("./guest.sh", "down", g.state).CombinedOutput(); err != nil {
+		return fmt.Errorf("guest.sh down: %v\n%s", err, out)
+	}
+	cmd := exec.Command("./guest.sh", "up", "--cache", cacheDir(), "--state", g.state, "--netns", g.netns,
+		"--watch", strconv.Itoa(os.Getpid()))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if _, err := cmd.Output(); err != nil {
+		return fmt.Errorf("guest.sh up: %v\n%s", err, stderr.String())
+	}
+	n, err := loadGuest(g.state)
+	if err != nil {
+		return err
+	}
+	*g = *n
+	return nil
 }
 
 func imageCached() bool {
@@ -452,6 +505,9 @@ func recordIf(t *testing.T, onlySkip bool, tool, op, role, link string, note *st
 		if note != nil {
 			r.note = *note
 		}
+		if r.result == "FAIL" && suite.g != nil && !suite.g.pathOK() {
+			r.note += " [afterwards no IP path to the guest: tap wedged]"
+		}
 		matrix.Lock()
 		matrix.rows = append(matrix.rows, r)
 		matrix.Unlock()
@@ -486,7 +542,11 @@ func writeMatrix() {
 		counts[r.result]++
 		fmt.Fprintf(&b, "%-16s %-32s %-7s %-5s %-6s %s\n", r.tool, r.op, r.role, r.link, r.result, r.note)
 	}
-	fmt.Fprintf(&b, "%d pass, %d FAIL, %d skip\n", counts["pass"], counts["FAIL"], counts["skip"])
+	fmt.Fprintf(&b, "%d pass, %d FAIL, %d skip", counts["pass"], counts["FAIL"], counts["skip"])
+	if suite.reboots > 0 {
+		fmt.Fprintf(&b, "; the guest was rebooted %d times after its tap wedged", suite.reboots)
+	}
+	b.WriteString("\n")
 	if p := os.Getenv(envMatrix); p != "" {
 		os.WriteFile(p, []byte(b.String()), 0o644)
 		return

@@ -163,12 +163,13 @@ func TestPrivilegedInteropPingpong(t *testing.T) {
 	var note string
 	recordIf(t, true, "ibv_rc_pingpong", "every run", "both", "both", &note)
 	needCommand(t, xdproceBin(t), &note, "pingpong") // before booting a guest for nothing
-	g := needGuest(t)
+	needGuest(t)                                     // boots the guest once, before the runs
 	const iters = 20
 	for _, link := range []string{"xsk", "udp"} {
 		for _, size := range []int{64, 3000} {
 			for _, srv := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%dB/xdproce-%s", link, size, role(srv)), func(t *testing.T) {
+					g := needGuest(t) // again: reboots the guest if the path to it died
 					note := ""
 					record(t, "ibv_rc_pingpong", fmt.Sprintf("SEND %d B x%d", size, iters), role(srv), link, &note)
 					want := []string{fmt.Sprintf("%d bytes in ", 2*size*iters), fmt.Sprintf("%d iters in ", iters)}
@@ -214,7 +215,7 @@ func TestPrivilegedInteropPerftest(t *testing.T) {
 	var note string
 	recordIf(t, true, "perftest (all)", "every run", "both", "xsk", &note)
 	needCommand(t, xdproceBin(t), &note, "bench")
-	g := needGuest(t)
+	needGuest(t) // boots the guest once, before the runs
 	type tc struct {
 		tool, op, bench string
 		size, iters     int
@@ -239,6 +240,7 @@ func TestPrivilegedInteropPerftest(t *testing.T) {
 		for _, srv := range []bool{true, false} {
 			name := fmt.Sprintf("%s/%s/xdproce-%s", c.tool, strings.ReplaceAll(c.op, " ", "_"), role(srv))
 			t.Run(name, func(t *testing.T) {
+				g := needGuest(t) // again: reboots the guest if the path to it died
 				note := ""
 				record(t, c.tool, c.op, role(srv), "xsk", &note)
 				toolArgs := append([]string{"-d", "rxe0", "-x", "$XI_GID_INDEX", "-n", fmt.Sprint(c.iters), "-m", "1024"}, c.extraTool...)
