@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/internal/testenv"
@@ -158,6 +159,57 @@ func TestPrivilegedSendEnlarge(t *testing.T) {
 		if !strings.Contains(s.out.String(), w) {
 			t.Errorf("server output lacks %q:\n%s", w, s.out.String())
 		}
+	}
+}
+
+// TestPrivilegedSendEnlargeFailures: the error behaviour of send --enlarge is
+// that of send: a client killed mid-transfer leaves the server without a
+// temporary file and still serving; a server killed mid-transfer makes the
+// client fail with one error line, and nothing appears under the final name.
+func TestPrivilegedSendEnlargeFailures(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	big := filepath.Join(t.TempDir(), "big")
+	writeFile(t, big, 64<<20, 8)
+	s := startServer(t, topo)
+	host := topo.A.IPv4.String()
+
+	c := clientCmd(topo, "send", "--enlarge", host, big, "--name", "victim")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPart(t, s.dir)
+	c.Process.Kill()
+	c.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && hasPart(s.dir) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	noPartial(t, s.dir, "victim")
+	waitOutput(t, &s.out, "received victim failed")
+
+	small := filepath.Join(t.TempDir(), "small")
+	data := writeFile(t, small, 100<<10, 9)
+	if r := runCmd(t, clientCmd(topo, "send", "--enlarge", host, small)); r.code != 0 {
+		t.Fatalf("send --enlarge after a killed client: exit %d: %s", r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.dir, "small")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v)", len(got), err)
+	}
+
+	c = clientCmd(topo, "send", "--enlarge", host, big, "--name", "big2")
+	var cerr syncBuffer
+	c.Stderr = &cerr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPart(t, s.dir)
+	s.kill()
+	err := c.Wait()
+	t.Logf("client: %s", cerr.String())
+	oneErrorLine(t, "server killed during send --enlarge", result{stderr: cerr.String(), code: exitCode(err)}, 1, "send "+big)
+	if _, err := os.Stat(filepath.Join(s.dir, "big2")); !os.IsNotExist(err) {
+		t.Errorf("big2 exists after the server died: %v", err)
 	}
 }
 
