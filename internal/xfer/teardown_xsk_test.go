@@ -1,0 +1,63 @@
+package xfer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// TestPrivilegedTeardownXSK: over AF_XDP, where an idle device's engine
+// sleeps until a frame or a wake-up (and roce's QP.Destroy alone was seen
+// to wait for good), teardown of a connected, idle queue pair returns long
+// before destroyWait with the queue pair gone, each of three times.
+func TestPrivilegedTeardownXSK(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	open := func(i *netlab.Iface) *roce.Device {
+		var d *roce.Device
+		if err := i.NS.Do(func() (err error) {
+			d, err = roce.Open(i.Name, &roce.Options{Link: roce.LinkXSK})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	a, b := open(topo.A), open(topo.B)
+	for i := range 3 {
+		qa, err := newQPConn(a, 4096, 1, roce.LocalWrite, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qb, err := newQPConn(b, 4096, 1, roce.LocalWrite, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ma, mb := &message{}, &message{}
+		qa.endpoint(ma)
+		qb.endpoint(mb)
+		if err := qa.connect(mb, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := qb.connect(ma, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // let both engines go to sleep
+		start := time.Now()
+		qa.close()
+		if d := time.Since(start); d > destroyWait/2 {
+			t.Errorf("round %d: teardown took %v", i, d)
+		}
+		qb.close()
+		if !WaitTeardowns(2 * time.Second) {
+			t.Fatalf("round %d: teardowns still running", i)
+		}
+		if na, nb := a.Stats().QPs, b.Stats().QPs; na != 0 || nb != 0 {
+			t.Fatalf("round %d: queue pairs alive: %d, %d", i, na, nb)
+		}
+	}
+}
