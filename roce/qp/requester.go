@@ -300,10 +300,12 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 	if q.typ == RC {
 		r.sinceAckReq++
 		full := uint32(wire.PSNDiff(r.psn, q.comp.ackPSN))+1 >= q.comp.cwnd
-		// AckReq every eighth of the window (at least every second
-		// packet): on a lossy path the window is small and frequent ACKs
-		// keep a lost one from stalling it until a timer.
-		if last || full || r.sinceAckReq >= min(ackReqEvery, max(q.comp.cwnd/8, 2)) {
+		// AckReq every cwnd²/256 packets, between 2 and ackReqEvery: every
+		// 64th at windows of 128 and more (as before the window adapted;
+		// the golden captures keep their bytes), every 2nd to 4th at the
+		// small windows of a lossy path, where frequent ACKs keep a lost
+		// one from stalling the window until a timer.
+		if last || full || r.sinceAckReq >= min(ackReqEvery, max(q.comp.cwnd*q.comp.cwnd/256, 2)) {
 			p.BTH.AckReq = true
 			r.sinceAckReq = 0
 		}

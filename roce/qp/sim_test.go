@@ -152,7 +152,7 @@ func simulate(t *testing.T, loss float64, total int, sc simCfg) (int, int) {
 // frames), relay (0.25 frames/µs, 48 µs: 24 frames) and veth (0.25
 // frames/µs, 16 µs: 8 frames), each with a 256-frame transmit ring. The
 // adaptive window must beat the fixed one under loss, keep the goodput it
-// reached (fast 6 %, relay 35 %, veth 54 % of loss-free at the time of
+// reached (fast 6 %, relay 33 %, veth 54 % of loss-free at the time of
 // writing; go-back-N resends all in flight after each loss, which bounds it
 // near 1/(1 + loss × bandwidth-delay product), so the fast path cannot
 // reach much more without selective repeat), and not slow the clean run by
