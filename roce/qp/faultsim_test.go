@@ -66,7 +66,7 @@ func (o netOut) TxBuffer() []byte {
 }
 
 func (o netOut) TxCommit(f []byte) {
-	d, c := o.d, d0(o.d)
+	d := o.d
 	now := *o.now
 	d.sent++
 	start := max(now, d.free)
@@ -80,7 +80,7 @@ func (o netOut) TxCommit(f []byte) {
 		copies = 2
 	}
 	for range copies {
-		b := append(c.get(), f...)
+		b := append(d.get(), f...)
 		if d.rng.Float64() < d.cfg.corrupt {
 			b[d.rng.IntN(len(b))] ^= byte(1 + d.rng.IntN(255))
 		}
@@ -91,8 +91,6 @@ func (o netOut) TxCommit(f []byte) {
 		d.insert(timedFrame{due, b})
 	}
 }
-
-func d0(d *netDir) *netDir { return d }
 
 func (d *netDir) get() []byte {
 	if n := len(d.slab); n > 0 {
