@@ -26,20 +26,23 @@ files sent with 'xdproce send' land as DIR/NAME, files asked for with
 A received file is written under a temporary name in DIR and renamed to NAME
 only when it is complete and its SHA-256 matches the sender's: a partial
 file never appears under the final name. Names with directories or a
-leading dot are refused. The temporary name is DIR/.NAME.xdproce-PID-START-
-RANDOM.part, naming the receiving process (PID and its start time). A server
-that is killed cannot remove its temporary files; at start-up serve removes
-those in DIR whose process is gone (and unowned ones from older versions left
-untouched for 10 minutes), keeping those of transfers still running, and
-says what it removed.
+leading dot are refused. The temporary name,
+  DIR/.NAME.xdproce-PID-START-RANDOM.part,
+names the receiving process (its PID and start time). A server that is
+killed cannot remove its temporary files; at start-up serve removes those in
+DIR whose process is gone (and unowned ones from older versions untouched
+for 10 minutes), keeps those of transfers still running, and says on stderr
+what it removed.
 
 Transfers sent with 'xdproce send --enlarge' go through an enlargement
 channel (package enlarge) instead of the plain RDMA WRITE path; serve accepts
 both.
 
-Serve prints one line per finished request on stdout (with --json one JSON
-object per line: op, name, size, sha256, seconds, gbps, link, peer_link,
-path_mtu, error) and runs until interrupted (Ctrl-C).
+Serve prints one line per finished request on stdout, plus a line "enlarge:
+phase, promotions, ..." for a transfer through an enlargement channel (with
+--json one JSON object per line: op, name, size, sha256, seconds, gbps, link,
+peer_link, path_mtu, error, and an "enlarge" object) and runs until
+interrupted (Ctrl-C).
 
 EXAMPLES
   sudo xdproce serve --dev eth1 --dir /srv/incoming
