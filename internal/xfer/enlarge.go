@@ -1,6 +1,7 @@
 package xfer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -119,13 +120,15 @@ func newChanConn(dev *roce.Device, cfg *enlarge.Config, co *roce.ConnectOptions,
 		return nil, fmt.Errorf("enlargement channel: %w", err)
 	}
 	v := enlarge.NewVerbs(q.qp.Engine(), q.pd.MRPD(), q.cq, nil)
-	first := cfg.Ladder
-	slots, slotSize := cfg.RingSlots, enlarge.DefaultSmall
-	if len(first) > 0 {
-		slotSize = first[0]
+	// The eager pool: one slot of the first step per ring slot.
+	slots, slotSize := cfg.RingSlots, 0
+	if len(cfg.Ladder) > 0 {
+		slotSize = cfg.Ladder[0]
 	}
-	if slots == 0 {
-		slots = enlarge.DefaultRingSlots
+	if cfg.Mode == enlarge.Baseline {
+		slots, slotSize = cmp.Or(slots, enlarge.BaselineSlots), cmp.Or(slotSize, enlarge.BaselineSlotSize)
+	} else {
+		slots, slotSize = cmp.Or(slots, enlarge.DefaultRingSlots), cmp.Or(slotSize, enlarge.DefaultSmall)
 	}
 	if c.pool, err = enlarge.NewPool(v, slots, slotSize); err != nil {
 		c.close()

@@ -114,3 +114,25 @@ func TestEnlargeRefusals(t *testing.T) {
 	}
 	assertNoTemp(t, r.dir)
 }
+
+// TestSendBaseline: the channel's baseline mode (a fixed 32 × 4 KiB ring,
+// never promoted) carries a file too, with no control message.
+func TestSendBaseline(t *testing.T) {
+	a, b := pipeDevices(t)
+	r := newRigOn(t, a, b, nil)
+	data := randomBytes(1<<20+5, 21)
+	res, err := Send(t.Context(), r.client, r.dial(t), bytes.NewReader(data), int64(len(data)), "base",
+		&Options{Enlarge: &enlarge.Config{Mode: enlarge.Baseline}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-r.srvErr; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(r.dir, "base")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v)", len(got), err)
+	}
+	if e := res.Enlarge; e == nil || e.Phase != 0 || e.Promotions != 0 || e.ControlSent != 0 || e.SlotSize != enlarge.BaselineSlotSize {
+		t.Errorf("channel %+v", e)
+	}
+}
