@@ -9,15 +9,18 @@ import (
 )
 
 // Queue pair teardown that does not depend on roce's QP.Destroy returning
-// promptly. Destroy waits for two rounds of the device's progress engine but
-// wakes the engine only once, so on an otherwise idle device it returns only
-// when other traffic (or Device.Close) runs the engine again (a known roce
-// bug; see the report of the xfer owner). teardown therefore runs Destroy in
-// the background and nudges the engine while it runs: moving the queue pair
-// to the error state again is a no-op for a queue pair already there but
-// rings its doorbell, which runs one more round. The caller waits at most
-// destroyWait; the nudging stops after nudgeFor, so a Destroy that never
-// returns (whatever the cause) costs one parked goroutine and no CPU.
+// promptly. Destroy calls Device.sync, which waits until the engine's round
+// counter has grown by two since it read it but wakes the engine once; when
+// the round that Destroy's own move to the error state caused has already
+// been counted, the second round never comes on an idle device (seen over
+// AF_XDP, where an idle engine sleeps until a frame or a wake-up:
+// TestPrivilegedTeardownXSK fails without what follows). teardown therefore
+// runs Destroy in the background and nudges the engine while it runs: moving
+// the queue pair to the error state again changes nothing for a queue pair
+// already there but rings its doorbell, which runs one more round. The caller
+// waits at most destroyWait; the nudging stops after nudgeFor, so a Destroy
+// that never returns (whatever the cause) costs one parked goroutine and no
+// CPU.
 const (
 	destroyWait  = 500 * time.Millisecond
 	nudgeFirst   = 500 * time.Microsecond
