@@ -59,7 +59,8 @@ func xdproceBin(t *testing.T) string {
 	return xd.bin
 }
 
-// needCommand skips t when the binary has no such command (its -h fails).
+// needCommand skips t when the binary has no such command or flag: `xdproce WORDS... -h`
+// fails (an unknown flag among WORDS fails the parse before -h is seen).
 func needCommand(t *testing.T, bin string, note *string, words ...string) {
 	t.Helper()
 	key := strings.Join(words, " ")
@@ -214,7 +215,7 @@ func TestPrivilegedInteropPerftest(t *testing.T) {
 	suiteEnabled(t)
 	var note string
 	recordIf(t, true, "perftest (all)", "every run", "both", "xsk", &note)
-	needCommand(t, xdproceBin(t), &note, "bench")
+	needCommand(t, xdproceBin(t), &note, "bench", "write", "--perftest")
 	needGuest(t) // boots the guest once, before the runs
 	type tc struct {
 		tool, op, bench string
@@ -252,7 +253,7 @@ func TestPrivilegedInteropPerftest(t *testing.T) {
 					tool:      c.tool,
 					toolArgs:  toolArgs,
 					xdArgs:    append([]string{"bench", c.bench, "--perftest", "--size", fmt.Sprint(c.size), "--iters", fmt.Sprint(c.iters)}, c.extraXd...),
-					needWords: []string{"bench", c.bench},
+					needWords: append([]string{"bench", c.bench, "--perftest"}, c.extraXd...),
 					xdServer:  srv, link: "xsk", timeout: 120 * time.Second,
 					check: func(t *testing.T, toolOut, xdOut string) {
 						if !row.MatchString(toolOut) {
