@@ -258,46 +258,56 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 				g := needGuest(t) // again: reboots the guest if the path to it died
 				note := ""
 				record(t, c.test.String(), c.op, role(srv), "xsk", &note)
-				ctx := ctxFor(t, 120*time.Second)
-				s := newSide(t, g, roce.LinkXSK)
 				tool := fmt.Sprintf("exec stdbuf -oL %v -d rxe0 -x $XI_GID_INDEX -n %d -m 1024", c.test, c.iters)
 				if c.test == cm.AtomicBW {
 					tool += " -A " + c.atomic
 				} else {
 					tool += fmt.Sprintf(" -s %d", c.size)
 				}
-				var j *job
-				var rerr error
-				var res cm.PerftestResult
-				if srv {
-					l, err := g.listenIn(cm.DefaultPort)
-					if err != nil {
-						t.Fatal(err)
+				attempt := func() (out string, rc int, err, rerr error) {
+					ctx := ctxFor(t, 120*time.Second)
+					s := newSide(t, g, roce.LinkXSK)
+					var j *job
+					var res cm.PerftestResult
+					if srv {
+						l, err := g.listenIn(cm.DefaultPort)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer l.Close()
+						context.AfterFunc(ctx, func() { l.Close() })
+						j = g.start(t, tool+" "+g.hostIP)
+						conn, err := l.Accept()
+						if err != nil {
+							t.Fatalf("accept: %v\n%s", err, j.output())
+						}
+						defer conn.Close()
+						res, rerr = s.peer().Perftest(ctx, conn, false, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
+					} else {
+						j = g.start(t, tool)
+						g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
+						conn, err := g.dialIn(ctx, cm.DefaultPort)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer conn.Close()
+						res, rerr = s.peer().Perftest(ctx, conn, true, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
 					}
-					defer l.Close()
-					context.AfterFunc(ctx, func() { l.Close() })
-					j = g.start(t, tool+" "+g.hostIP)
-					conn, err := l.Accept()
-					if err != nil {
-						t.Fatalf("accept: %v\n%s", err, j.output())
+					if rerr == nil && !srv {
+						t.Logf("xdproce: %d B x%d in %v: %.2f MB/s", c.size, c.iters, res.Elapsed, res.Report.BWAvg)
 					}
-					defer conn.Close()
-					res, rerr = s.peer().Perftest(ctx, conn, false, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
-				} else {
-					j = g.start(t, tool)
-					g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
-					conn, err := g.dialIn(ctx, cm.DefaultPort)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer conn.Close()
-					res, rerr = s.peer().Perftest(ctx, conn, true, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
+					out, rc, err = j.wait(30 * time.Second)
+					note = s.finish(t)
+					return out, rc, err, rerr
 				}
-				if rerr == nil && !srv {
-					t.Logf("xdproce: %d B x%d in %v: %.2f MB/s", c.size, c.iters, res.Elapsed, res.Report.BWAvg)
+				out, rc, err, rerr := attempt()
+				if perftestCalibration(out) {
+					// perftest's clock calibration fails now and then under TCG, before or after a
+					// run that went well; that says nothing about xdproce: once more.
+					t.Logf("%v in the guest could not calibrate its clock (%q); running again", c.test, "Can't produce a report")
+					out, rc, err, rerr = attempt()
+					note += " (second attempt: perftest clock calibration failed under TCG)"
 				}
-				out, rc, err := j.wait(30 * time.Second)
-				note = s.finish(t)
 				if rerr != nil || err != nil || rc != 0 {
 					t.Fatalf("xdproce: %v; %v rc %d %v:\n%s", rerr, c.test, rc, err, out)
 				}
@@ -307,4 +317,10 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 			})
 		}
 	}
+}
+
+// perftestCalibration reports whether a perftest run failed its clock calibration (under TCG
+// the cycle counter's correlation with time is sometimes too poor).
+func perftestCalibration(out string) bool {
+	return strings.Contains(out, "Can't produce a report") || strings.Contains(out, "Correlation coefficient")
 }

@@ -104,21 +104,28 @@ func (p pair) run(t *testing.T, g *guest) {
 	capture := filepath.Join(t.TempDir(), "run.pcapng")
 	args := append(append([]string{bin}, p.xdArgs...), "--dev", g.tap, "--link", p.link, "--capture", capture)
 	toolCmd := "exec stdbuf -oL " + p.tool + " " + strings.Join(p.toolArgs, " ")
-	var toolOut, xdOut string
-	var rc int
-	var terr, xerr error
-	if p.xdServer {
-		x := g.hostStart(t, args...)
-		g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
-		j := g.start(t, toolCmd+" "+g.hostIP)
-		toolOut, rc, terr = j.wait(p.timeout)
-		xdOut, xerr = x.wait(10 * time.Second)
-	} else {
-		j := g.start(t, toolCmd)
-		g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
-		x := g.hostStart(t, append(args, g.guestIP)...)
-		xdOut, xerr = x.wait(p.timeout)
-		toolOut, rc, terr = j.wait(10 * time.Second)
+	attempt := func() (toolOut, xdOut string, rc int, terr, xerr error) {
+		if p.xdServer {
+			x := g.hostStart(t, args...)
+			g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
+			j := g.start(t, toolCmd+" "+g.hostIP)
+			toolOut, rc, terr = j.wait(p.timeout)
+			xdOut, xerr = x.wait(10 * time.Second)
+		} else {
+			j := g.start(t, toolCmd)
+			g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
+			x := g.hostStart(t, append(args, g.guestIP)...)
+			xdOut, xerr = x.wait(p.timeout)
+			toolOut, rc, terr = j.wait(10 * time.Second)
+		}
+		return
+	}
+	toolOut, xdOut, rc, terr, xerr := attempt()
+	retried := false
+	if perftestCalibration(toolOut) { // see TestPrivilegedInteropFacadePerftest
+		t.Logf("%s in the guest could not calibrate its clock; running again", p.tool)
+		toolOut, xdOut, rc, terr, xerr = attempt()
+		retried = true
 	}
 	if terr != nil || rc != 0 || xerr != nil {
 		*p.note = fmt.Sprintf("%s rc %d %v; xdproce %v", p.tool, rc, terr, xerr)
@@ -136,8 +143,12 @@ func (p pair) run(t *testing.T, g *guest) {
 	out, err := exec.Command(bin, "dump", "--verify", capture).CombinedOutput()
 	if err != nil {
 		t.Errorf("xdproce dump --verify %s: %v\n%s", capture, err, lastLines(string(out), 20))
+		*note += ", capture FAILED dump --verify"
 	} else {
 		*note += fmt.Sprintf(", capture verified (%d lines)", strings.Count(string(out), "\n"))
+	}
+	if retried {
+		*note += " (second attempt: perftest clock calibration failed under TCG)"
 	}
 }
 
