@@ -72,7 +72,7 @@ type side struct {
 	buf    []byte
 	mr     *roce.MR
 	psn    uint32
-	gidIdx int
+	ipv6   bool // connect through the IPv6 GIDs
 }
 
 type connCfg struct {
@@ -82,7 +82,8 @@ type connCfg struct {
 	opts     *roce.ConnectOptions
 	cqDepth  int
 	maxWR    int
-	window   int // QPConfig.SendWindow
+	window   int  // QPConfig.SendWindow
+	ipv6     bool // use the devices' global IPv6 GIDs
 }
 
 func newSide(tb testing.TB, d *roce.Device, typ roce.QPType, c connCfg, psn uint32) *side {
@@ -99,7 +100,7 @@ func newSide(tb testing.TB, d *roce.Device, typ roce.QPType, c connCfg, psn uint
 	if c.maxWR == 0 {
 		c.maxWR = 256
 	}
-	s := &side{dev: d, pd: d.AllocPD(), psn: psn}
+	s := &side{dev: d, pd: d.AllocPD(), psn: psn, ipv6: c.ipv6}
 	var err error
 	if s.scq, err = d.CreateCQ(c.cqDepth); err != nil {
 		tb.Fatal(err)
@@ -122,6 +123,18 @@ func (s *side) endpoint(tb testing.TB) roce.Endpoint {
 	gid, err := s.dev.GID(1)
 	if err != nil {
 		tb.Fatal(err)
+	}
+	if s.ipv6 {
+		gid = netip.Addr{}
+		for _, g := range s.dev.GIDs() {
+			if !g.Is4In6() && !g.IsLinkLocalUnicast() {
+				gid = g
+				break
+			}
+		}
+		if !gid.IsValid() {
+			tb.Fatalf("no global IPv6 GID in %v", s.dev.GIDs())
+		}
 	}
 	return roce.Endpoint{QPN: s.qp.QPN(), PSN: s.psn, GID: gid}
 }

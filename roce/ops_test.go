@@ -26,7 +26,11 @@ func TestOperationsPipe(t *testing.T) {
 // runOperations exercises every RC operation between p.a and p.b, checking
 // data byte for byte and completions field by field.
 func runOperations(t *testing.T, p *devPair) {
-	x, y := connectRC(t, p, connCfg{})
+	runOperationsCfg(t, p, connCfg{})
+}
+
+func runOperationsCfg(t *testing.T, p *devPair, cfg connCfg) {
+	x, y := connectRC(t, p, cfg)
 	xq, yq := x.qp.QPN(), y.qp.QPN()
 	fill(x.buf, 1)
 	fill(y.buf, 101)
