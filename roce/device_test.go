@@ -93,6 +93,11 @@ func TestCloseFlushes(t *testing.T) {
 	if got[5] != qp.WCWRFlushErr || got[6] != qp.WCWRFlushErr || len(got) != 2 {
 		t.Fatalf("completions after Close: %v, want WR 5 and 6 flushed", got)
 	}
+	// The QPs are gone with the device: posting fails at once instead of
+	// waiting for an engine that no longer runs.
+	if err := x.qp.PostSend(roce.SendWR{ID: 7, Opcode: qp.WRSend, Flags: qp.Signaled, SGL: []roce.SGE{x.sge(0, 10)}}); err == nil {
+		t.Error("PostSend after Close succeeded")
+	}
 	if _, err := p.a.CreateCQ(4); !errors.Is(err, roce.ErrClosed) {
 		t.Errorf("CreateCQ after Close: %v", err)
 	}
