@@ -270,10 +270,10 @@ func (c *Conn) clientHello(ctx context.Context) error {
 	}
 	m, err := c.Recv(ctx)
 	if err == io.EOF {
-		return fmt.Errorf("cm: hello: %w: %v closed the connection (not an xdproce server?)", ErrProtocol, c.nc.RemoteAddr())
+		return fmt.Errorf("hello: %w: %v closed the connection (not an xdproce server?)", ErrProtocol, c.nc.RemoteAddr())
 	}
 	if err != nil {
-		return fmt.Errorf("cm: hello: %w", err)
+		return fmt.Errorf("hello: %w", err)
 	}
 	return checkHello(m, "server")
 }
@@ -285,10 +285,10 @@ func (c *Conn) serverHello(ctx context.Context) error {
 	defer cancel()
 	m, err := c.Recv(ctx)
 	if err == io.EOF {
-		return fmt.Errorf("cm: hello: %w: %v closed the connection before its hello", ErrProtocol, c.nc.RemoteAddr())
+		return fmt.Errorf("hello: %w: %v closed the connection before its hello", ErrProtocol, c.nc.RemoteAddr())
 	}
 	if err != nil {
-		return fmt.Errorf("cm: hello: %w", err)
+		return fmt.Errorf("hello: %w", err)
 	}
 	if err := checkHello(m, "client"); err != nil {
 		c.Send(ctx, &Message{Type: TypeError, Error: err.Error()})
@@ -301,15 +301,15 @@ func checkHello(m *Message, peer string) error {
 	if m.Type == TypeError {
 		// The server refused our hello; keep its reason, and the sentinel when it says why.
 		if strings.Contains(strings.ToLower(m.Error), ErrVersionMismatch.Error()) {
-			return fmt.Errorf("cm: hello: %w (%s says: %s)", ErrVersionMismatch, peer, m.Error)
+			return fmt.Errorf("hello: %w (%s says: %s)", ErrVersionMismatch, peer, m.Error)
 		}
-		return fmt.Errorf("cm: hello: %w: %s", ErrRemote, m.Error)
+		return fmt.Errorf("hello: %w: %s", ErrRemote, m.Error)
 	}
 	if m.Type != TypeHello || m.Proto != ProtocolName {
-		return fmt.Errorf("cm: hello: %w: the %s is not an xdproce control endpoint (got type %q proto %q)", ErrProtocol, peer, m.Type, m.Proto)
+		return fmt.Errorf("hello: %w: the %s is not an xdproce control endpoint (got type %q proto %q)", ErrProtocol, peer, m.Type, m.Proto)
 	}
 	if m.Version != ProtocolVersion {
-		return fmt.Errorf("cm: hello: %w: this side speaks version %d, the %s %d", ErrVersionMismatch, ProtocolVersion, peer, m.Version)
+		return fmt.Errorf("hello: %w: this side speaks version %d, the %s %d", ErrVersionMismatch, ProtocolVersion, peer, m.Version)
 	}
 	return nil
 }

@@ -207,13 +207,14 @@ func (c *PerftestConn) RemoteVersion() string { return c.remoteVersion }
 
 // Exchange sends mine and receives the peer's message of the same size, in perftest's order.
 func (c *PerftestConn) Exchange(ctx context.Context, mine []byte) ([]byte, error) {
-	defer watchContext(ctx, c.Conn)()
 	to := c.Timeout
 	if to == 0 {
 		to = 60 * time.Second
 	}
+	// The deadline first: a context that has already ended moves it into the past at once.
 	c.Conn.SetDeadline(time.Now().Add(to))
 	defer c.Conn.SetDeadline(time.Time{})
+	defer watchContext(ctx, c.Conn)()
 	theirs := make([]byte, len(mine))
 	if c.Client {
 		if _, err := c.Conn.Write(mine); err != nil {
