@@ -433,9 +433,12 @@ func (d *Device) doorbell(e *qpEntry) {
 // on a closed device.
 func (d *Device) sync() {
 	r := d.st.rounds.Load()
-	d.bell.Store(true)
-	d.l.Wake()
 	for d.st.rounds.Load() < r+2 {
+		// Ring and wake on every pass, not once: the round running at the
+		// call may consume the bell, and an idle engine then sleeps before
+		// the second round this waits for.
+		d.bell.Store(true)
+		d.l.Wake()
 		select {
 		case <-d.done:
 			return

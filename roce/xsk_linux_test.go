@@ -267,3 +267,32 @@ func TestPrivilegedXSKIPv6(t *testing.T) {
 		})
 	}
 }
+
+// TestPrivilegedXSKDestroyIdle: destroying queue pairs on an idle AF_XDP
+// device returns promptly. Device.sync used to ring the engine once and then
+// wait for two rounds; when the round already running consumed the bell, an
+// idle engine slept for good and Destroy never returned.
+func TestPrivilegedXSKDestroyIdle(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 1500})
+	o := roce.Options{Link: roce.LinkXSK}
+	a := openIn(t, topo.A, o)
+	b := openIn(t, topo.B, o)
+	p := &devPair{a: a, b: b}
+	for i := range 20 {
+		x, y := connectRC(t, p, connCfg{})
+		time.Sleep(time.Duration(i%3) * time.Millisecond) // let the engines go idle
+		for _, s := range []*side{x, y} {
+			done := make(chan error, 1)
+			go func() { done <- s.qp.Destroy() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("round %d: destroy: %v", i, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: QP.Destroy on an idle device did not return within 5s", i)
+			}
+		}
+	}
+}
