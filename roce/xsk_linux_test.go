@@ -251,13 +251,9 @@ func TestPrivilegedXSKIPv6(t *testing.T) {
 	netlab.Privileged(t)
 	for _, kb := range []roce.LinkKind{roce.LinkXSK, roce.LinkUDP} {
 		t.Run("peer="+kb.String(), func(t *testing.T) {
-			if kb == roce.LinkUDP {
-				// Our frames (like rxe's) carry UDP checksum 0; the kernel
-				// drops zero-checksum UDP over IPv6 (Udp6InCsumErrors)
-				// unless the socket sets UDP_NO_CHECK6_RX, which link/udp
-				// does not do yet.
-				t.Skip("link/udp does not accept IPv6 UDP with checksum 0 (needs UDP_NO_CHECK6_RX)")
-			}
+			// Our frames (like rxe's) carry UDP checksum 0, which IPv6
+			// forbids: the UDP peer only sees them because link/udp sets
+			// UDP_NO_CHECK6_RX.
 			topo := netlab.Pair(t, netlab.LinkConfig{})
 			p := &devPair{a: openIn(t, topo.A, roce.Options{Link: roce.LinkXSK}), b: openIn(t, topo.B, roce.Options{Link: kb})}
 			runOperationsCfg(t, p, connCfg{ipv6: true})

@@ -224,6 +224,10 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 			opt{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(!l.pktinfo), "IPV6_V6ONLY"},
 			opt{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
 			opt{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
+			// RoCEv2 senders (rxe, AF_XDP) send UDP checksum 0, which
+			// IPv6 forbids: without this the kernel drops their frames
+			// (Udp6InCsumErrors). The ICRC protects the payload.
+			opt{unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX"},
 		)
 	}
 	for _, o := range opts {
