@@ -38,7 +38,7 @@ func TestPrivilegedNeighborResolve(t *testing.T) {
 			t.Errorf("interface info %+v, want MTU %d, MAC %v, first address %v", info, a.MTU, a.HWAddr, a.IPv4)
 		}
 		r = &neighResolver{h: h, ifindex: info.index, ifname: info.name, hw: info.hw,
-			own: map[netip.Addr]bool{a.IPv4: true}, timeout: 2 * time.Second}
+			own: map[netip.Addr]bool{a.IPv4: true}, timeout: 6 * time.Second} // ND retransmits after 1 s; leave room on a loaded machine
 		return nil
 	}); err != nil {
 		t.Fatal(err)
