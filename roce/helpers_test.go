@@ -64,15 +64,15 @@ type devPair struct{ a, b *roce.Device }
 // side is one end of a connection: device, PD, CQs, QP and a registered
 // buffer.
 type side struct {
-	dev    *roce.Device
-	pd     *roce.PD
-	scq    *roce.CQ
-	rcq    *roce.CQ
-	qp     *roce.QP
-	buf    []byte
-	mr     *roce.MR
-	psn    uint32
-	ipv6   bool // connect through the IPv6 GIDs
+	dev  *roce.Device
+	pd   *roce.PD
+	scq  *roce.CQ
+	rcq  *roce.CQ
+	qp   *roce.QP
+	buf  []byte
+	mr   *roce.MR
+	psn  uint32
+	ipv6 bool // connect through the IPv6 GIDs
 }
 
 type connCfg struct {
