@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/xfer"
+	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/qp"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+var pingpongCommand = &Command{
+	Name:       "pingpong",
+	ShortUsage: "xdproce pingpong --dev IF [-g N] [-s SIZE] [-n ITERS] [-m MTU] [-p PORT] [HOST]",
+	ShortHelp:  "ping-pong SENDs with a peer as rdma-core's ibv_rc_pingpong does (its exchange, flags and output)",
+	LongHelp: `Pingpong is rdma-core's ibv_rc_pingpong on xdproce: one RC queue pair,
+SENDs of SIZE bytes bounced ITERS times each way. Without HOST it is the
+server (it waits for one client on TCP port -p, runs and exits), with HOST
+the client, which sends first. The out-of-band exchange is ibv_rc_pingpong's
+(one text address message each way and "done", TCP 18515), so the peer may be
+ibv_rc_pingpong itself over rxe or another xdproce.
+
+The flags mean what ibv_rc_pingpong's do: -g the GID index (as 'xdproce info'
+lists the GIDs: 1 is the first IPv4 address; by default the GID of the
+address the TCP connection uses), -s the message size, -n the iterations,
+-m the path MTU in bytes (at most the interface's RoCE path MTU: a larger one
+is lowered to it, with a note), -p the TCP port. -r, -l, -i and -e are
+accepted for command lines written for ibv_rc_pingpong: every receive is
+posted up front (so -n is at most 32768), RoCE has no service level, there is
+one port, and completions are waited for without spinning anyway.
+
+Standard output gets ibv_rc_pingpong's four lines: both addresses (LID, QPN,
+PSN, GID), bytes moved (both directions) with the rate in Mbit/s, and
+iterations with the time per iteration. Standard error ends with the link,
+the path MTU and how many packets xdproce had to retransmit.
+
+EXAMPLES
+  sudo xdproce pingpong --dev eth1                                    # server
+  sudo xdproce pingpong --dev eth1 -g 1 -s 3000 -n 20 198.51.100.1    # client
+  ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 20 &  xdproce pingpong --dev eth1 --link udp 198.51.100.2`,
+	Setup: setupPingpong,
+}
+
+func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
+	var df deviceFlags
+	df.register(fs, true)
+	gidx := fs.Int("g", -1, "local GID `index` (-1: the GID of the TCP connection's local address)")
+	size := fs.Int("s", 4096, "message `bytes`")
+	iters := fs.Int("n", 1000, "`iterations` (messages each way)")
+	mtu := fs.Int("m", 1024, "path MTU in `bytes`: 256, 512, 1024, 2048 or 4096")
+	port := fs.Int("p", cm.DefaultPort, "TCP `port` of the address exchange")
+	rx := fs.Int("r", 500, "receive queue `depth` (accepted; xdproce posts all -n receives up front)")
+	sl := fs.Int("l", 0, "service `level` 0..15 (accepted; RoCE has none)")
+	ibPort := fs.Int("i", 1, "`port` of the device (only 1)")
+	fs.Bool("e", false, "sleep on completion events (accepted; xdproce never spins on the CQ)")
+	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long the client retries the connection")
+	return func(ctx context.Context, args []string) error {
+		const cmd = "xdproce pingpong"
+		if len(args) > 1 {
+			return usageErrorf(cmd, "want at most one HOST, got %q", args)
+		}
+		switch {
+		case *size <= 0 || *size > 1<<30:
+			return usageErrorf(cmd, "-s %d: want 1 byte to 1GiB", *size)
+		case *iters <= 0 || *iters > qp.MaxWR:
+			return usageErrorf(cmd, "-n %d: want 1 to %d (every receive is posted up front)", *iters, qp.MaxWR)
+		case wire.MTUFromBytes(*mtu) == 0:
+			return usageErrorf(cmd, "-m %d: want 256, 512, 1024, 2048 or 4096", *mtu)
+		case *port <= 0 || *port > 65535:
+			return usageErrorf(cmd, "-p %d: want a TCP port 1 to 65535", *port)
+		case *rx <= 0:
+			return usageErrorf(cmd, "-r %d: want a positive depth", *rx)
+		case *sl < 0 || *sl > 15:
+			return usageErrorf(cmd, "-l %d: want a service level 0 to 15", *sl)
+		case *ibPort != 1:
+			return usageErrorf(cmd, "-i %d: xdproce devices have one port, 1", *ibPort)
+		case *gidx < -1:
+			return usageErrorf(cmd, "-g %d: want a GID index (see 'xdproce info') or -1", *gidx)
+		}
+		dev, err := openDevice(cmd, &df)
+		if err != nil {
+			return err
+		}
+		defer closeDevice(env, dev)
+		pathMTU := wire.MTUFromBytes(*mtu)
+		if devMTU := dev.PathMTU(); pathMTU > devMTU {
+			fmt.Fprintf(env.Stderr, "pingpong: -m %d is more than the path MTU of %s, %d; using %d\n", *mtu, dev.Name(), devMTU.Bytes(), devMTU.Bytes())
+			pathMTU = devMTU
+		}
+		var sgid netip.Addr
+		if *gidx >= 0 {
+			if sgid, err = dev.GID(*gidx); err != nil {
+				return usageErrorf(cmd, "-g %d: %s has %d GIDs (see 'xdproce info')", *gidx, dev.Name(), len(dev.GIDs()))
+			}
+		}
+		p := &pingpong{env: env, dev: dev.Device, size: *size, iters: *iters, mtu: pathMTU, sgid: sgid}
+		var conn net.Conn
+		client := len(args) == 1
+		if client {
+			conn, err = dialRetry(ctx, hostPort(args[0], *port), *retry)
+		} else {
+			conn, err = p.accept(ctx, *port)
+		}
+		if err != nil {
+			return fmt.Errorf("pingpong: %w", interrupted(ctx, err))
+		}
+		defer conn.Close()
+		res, err := p.run(ctx, conn, client)
+		st := dev.Stats()
+		if err != nil {
+			return fmt.Errorf("pingpong: %w (retransmissions %d)", interrupted(ctx, err), st.Retransmits)
+		}
+		for _, l := range res.Lines() {
+			fmt.Fprintln(env.Stdout, l)
+		}
+		fmt.Fprintf(env.Stderr, "pingpong: %s over %s, path MTU %d, retransmissions %d\n", dev.Name(), dev.LinkName(), pathMTU.Bytes(), st.Retransmits)
+		return nil
+	}
+}
+
+// hostPort joins host and port unless host already names a port.
+func hostPort(host string, port int) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return netip.AddrPortFrom(a, uint16(port)).String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+type pingpong struct {
+	env   *Env
+	dev   *roce.Device
+	size  int
+	iters int
+	mtu   wire.MTU
+	sgid  netip.Addr // zero: from the connection's local address
+}
+
+// accept waits for one client on port.
+func (p *pingpong) accept(ctx context.Context, port int) (net.Conn, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	fmt.Fprintf(p.env.Stderr, "pingpong: waiting for the client on port %d (%s over %s)\n", port, p.dev.Name(), p.dev.LinkName())
+	c, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("accept: %w", err)
+	}
+	return c, nil
+}
+
+// run makes the queue pair and buffer and runs ibv_rc_pingpong's exchange
+// and loop on conn.
+func (p *pingpong) run(ctx context.Context, conn net.Conn, client bool) (cm.PingpongResult, error) {
+	pd := p.dev.AllocPD()
+	cq, err := p.dev.CreateCQ(min(p.iters+256, roce.MaxCQDepth))
+	if err != nil {
+		return cm.PingpongResult{}, err
+	}
+	// The receive half first, then the send half: 2×size, as the tool's buffer.
+	mr, err := pd.RegMR(make([]byte, 2*p.size), roce.LocalWrite)
+	if err != nil {
+		return cm.PingpongResult{}, err
+	}
+	q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: max(p.iters, 16)})
+	if err != nil {
+		return cm.PingpongResult{}, err
+	}
+	gid := p.sgid
+	if !gid.IsValid() {
+		gid = xfer.LocalGID(p.dev, conn.LocalAddr())
+	}
+	opts := roce.DefaultConnectOptions()
+	opts.SGID, opts.PathMTU = gid, p.mtu
+	peer := &cm.ToolPeer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid), Connect: &opts}
+	return peer.Pingpong(ctx, conn, client, p.size, p.iters)
+}
