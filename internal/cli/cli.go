@@ -41,6 +41,7 @@ var commands = []*Command{
 	sendCommand,
 	getCommand,
 	benchCommand,
+	pingpongCommand,
 	demoCommand,
 }
 
