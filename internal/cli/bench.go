@@ -18,11 +18,12 @@ import (
 	"github.com/xdproce/xdproce/internal/xfer"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/qp"
+	"github.com/xdproce/xdproce/roce/wire"
 )
 
 var benchCommand = &Command{
 	Name:       "bench",
-	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N] [--iters N] [--qps N] [--json]",
+	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N] [--iters N] [--qps N] [--json | --perftest] [--atomic-type OP]",
 	ShortHelp:  "measure RDMA bandwidth, message rate and latency against a peer (perftest's protocol)",
 	LongHelp: `Bench runs one perftest-style test between two xdproce processes: without
 HOST it is the server (it waits for the client on --port, runs one test and
@@ -40,7 +41,16 @@ perftest's own TCP exchange, port 18515). With --qps N the client opens N
 queue pairs, one control connection each, and the server must be given the
 same --qps.
 
-The table gives the message size, the iterations (per queue pair), the average
+With --perftest the output is perftest's own: the test's title, the address
+lines of both queue pairs (LID, QPN, PSN, RKey, VAddr, GID) and perftest's
+result table (bandwidth tests: bytes, iterations, peak and average MB/s as
+2^20 bytes, Mpps; lat: t_min, t_max, typical, average, stdev, 99% and 99.9%
+in microseconds, printed by the client). It runs one queue pair, like the
+perftest tools without -q. --atomic-type takes perftest's -A names,
+FETCH_AND_ADD or CMP_AND_SWAP. Standard error ends with the link, the path
+MTU and how many packets xdproce had to retransmit.
+
+Otherwise the table gives the message size, the iterations (per queue pair), the average
 bandwidth in Gb/s (10^9 bits), the message rate in Mpps and, for lat, the
 median and 99th percentile latency in microseconds. The server prints the
 client's measurement, as perftest does.
@@ -55,7 +65,9 @@ EXAMPLES
   sudo xdproce bench write --dev eth1 198.51.100.1 --size 64KiB --iters 5000
   sudo xdproce bench lat --dev eth1 198.51.100.1 --size 2 --iters 10000
   sudo xdproce bench read --dev eth1 198.51.100.1 --qps 4 --json
-  ib_write_bw -d rxe0 -x 1 &  sudo xdproce bench write --dev eth1 198.51.100.1`,
+  ib_write_bw -d rxe0 -x 1 &  sudo xdproce bench write --dev eth1 198.51.100.1
+  ib_atomic_bw -d rxe0 -x 1 -A CMP_AND_SWAP &
+    sudo xdproce bench atomic --perftest --atomic-type CMP_AND_SWAP --dev eth1 198.51.100.1`,
 	Setup: setupBench,
 }
 
@@ -90,6 +102,8 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	port := fs.Int("port", cm.DefaultPort, "TCP `port` of perftest's exchange")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	atomicOp := fs.String("atomic-op", "fetch_add", "atomic operation: fetch_add or cmp_swap")
+	atomicType := fs.String("atomic-type", "", "atomic operation by perftest's -A `name`: FETCH_AND_ADD or CMP_AND_SWAP (instead of --atomic-op)")
+	perftest := fs.Bool("perftest", false, "print perftest's output (addresses, its result table) instead of xdproce's table; one queue pair")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long the client retries the connection")
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce bench"
@@ -137,6 +151,26 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		default:
 			return usageErrorf(cmd, "--atomic-op %q: want fetch_add or cmp_swap", *atomicOp)
 		}
+		if *atomicType != "" {
+			atomicOpSet := false
+			fs.Visit(func(f *flag.Flag) { atomicOpSet = atomicOpSet || f.Name == "atomic-op" })
+			switch t := cm.AtomicOp(*atomicType); {
+			case test != cm.AtomicBW:
+				return usageErrorf(cmd, "--atomic-type is for the atomic test")
+			case t != cm.FetchAndAdd && t != cm.CmpAndSwap:
+				return usageErrorf(cmd, "--atomic-type %q: want FETCH_AND_ADD or CMP_AND_SWAP", *atomicType)
+			case atomicOpSet && t != op:
+				return usageErrorf(cmd, "--atomic-type %s and --atomic-op %s disagree (give one)", *atomicType, *atomicOp)
+			default:
+				op = t
+			}
+		}
+		if *perftest && *qps != 1 {
+			return usageErrorf(cmd, "--perftest runs one queue pair, as the perftest tools without -q (--qps %d)", *qps)
+		}
+		if *perftest && *jsonOut {
+			return usageErrorf(cmd, "--perftest and --json exclude each other")
+		}
 		if *port <= 0 || *port > 65535 {
 			return usageErrorf(cmd, "--port %d", *port)
 		}
@@ -153,7 +187,14 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 			res, err = b.server(ctx, *port)
 		}
 		if err != nil {
+			if *perftest {
+				return fmt.Errorf("bench %s: %w (retransmissions %d)", args[0], interrupted(ctx, err), dev.Stats().Retransmits)
+			}
 			return fmt.Errorf("bench %s: %w", args[0], interrupted(ctx, err))
+		}
+		if *perftest {
+			printPerftest(env, b, len(args) == 2)
+			return nil
 		}
 		if *jsonOut {
 			out, _ := json.Marshal(res)
@@ -174,6 +215,8 @@ type bench struct {
 	iters int
 	qps   int
 	op    cm.AtomicOp
+	// results are the queue pairs' results of the last run.
+	results []cm.PerftestResult
 }
 
 // peer makes a queue pair, its CQ and buffer for one connection.
@@ -302,6 +345,7 @@ func (b *bench) all(ctx context.Context, conns []net.Conn, client bool) ([]cm.Pe
 			return nil, err
 		}
 	}
+	b.results = results
 	return results, nil
 }
 
@@ -380,4 +424,56 @@ func dialRetry(ctx context.Context, addr string, retry time.Duration) (net.Conn,
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// perftestTitles are the titles perftest prints above its parameters.
+var perftestTitles = map[cm.PerftestTest]string{
+	cm.WriteBW: "RDMA_Write BW Test", cm.ReadBW: "RDMA_Read BW Test", cm.SendBW: "Send BW Test", cm.SendLat: "Send Latency Test",
+}
+
+// printPerftest prints the run as the perftest tool of the test does: title
+// and parameters, both addresses, the result table. perftest's send_bw
+// server measures what it received; so does this one.
+func printPerftest(env *Env, b *bench, client bool) {
+	line := strings.Repeat("-", 87)
+	res := b.results[0]
+	if !client && b.test == cm.SendBW && res.Report.Iters == 0 && res.Elapsed > 0 {
+		sec := res.Elapsed.Seconds()
+		mbs := float64(b.size) * float64(b.iters) / sec / (1 << 20)
+		res.Report = cm.PerftestReport{Size: uint64(b.size), Iters: uint64(b.iters), BWPeak: mbs, BWAvg: mbs, MsgRate: float64(b.iters) / sec / 1e6}
+	}
+	title := perftestTitles[b.test]
+	if b.test == cm.AtomicBW {
+		title = "Atomic " + string(b.op) + " BW Test"
+	}
+	w := env.Stdout
+	fmt.Fprintln(w, line)
+	fmt.Fprintf(w, "%20s%s\n", "", title)
+	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Connection type : RC\t\tDevice         : %s\n", b.dev.Name())
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", wire.MTU(res.MTU).Bytes())
+	fmt.Fprintf(w, " Link type       : Ethernet (%s)\n", b.dev.LinkName())
+	gid := netip.AddrFrom16(res.Local.GID)
+	for i, g := range b.dev.GIDs() {
+		if g == gid {
+			fmt.Fprintf(w, " GID index       : %d\n", i)
+			break
+		}
+	}
+	if b.test == cm.ReadBW || b.test == cm.AtomicBW {
+		fmt.Fprintf(w, " Outstand reads  : %d\n", res.Local.OutReads)
+	}
+	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	fmt.Fprintln(w, line)
+	lines := res.Lines(b.test)
+	for _, l := range lines[:4] {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w, line)
+	for _, l := range lines[4:] {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w, line)
+	st := b.dev.Stats()
+	fmt.Fprintf(env.Stderr, "bench %s: %s over %s, path MTU %d, retransmissions %d\n", b.name, b.dev.Name(), b.dev.LinkName(), b.dev.PathMTU().Bytes(), st.Retransmits)
 }

@@ -71,13 +71,14 @@ func parsePingpong(t *testing.T, who, out string) pingpongLines {
 	return l
 }
 
-// pingpongRun runs server (in topo.A) and client (in topo.B) with the same
-// extra args and returns both outputs; both must exit 0.
-func pingpongRun(t *testing.T, topo *netlab.Topo, wrap func(ctx context.Context, ns *netlab.NS, args ...string) *exec.Cmd, common ...string) (srvOut, srvErr, cliOut, cliErr string) {
+// runPair runs the command words as server (in topo.A) and client (in
+// topo.B, given A's address) with the same extra args and returns both
+// outputs; both must exit 0 within 30 s.
+func runPair(t *testing.T, topo *netlab.Topo, wrap func(ctx context.Context, ns *netlab.NS, args ...string) *exec.Cmd, words []string, common ...string) (srvOut, srvErr, cliOut, cliErr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	srv := wrap(ctx, topo.A.NS, append([]string{"pingpong", "--dev", topo.A.Name}, common...)...)
+	srv := wrap(ctx, topo.A.NS, append(append(words[:len(words):len(words)], "--dev", topo.A.Name), common...)...)
 	var so, se bytes.Buffer
 	srv.Stdout, srv.Stderr = &so, &se
 	if err := srv.Start(); err != nil {
@@ -86,7 +87,7 @@ func pingpongRun(t *testing.T, topo *netlab.Topo, wrap func(ctx context.Context,
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill(); <-done })
-	cli := wrap(ctx, topo.B.NS, append(append([]string{"pingpong", "--dev", topo.B.Name}, common...), topo.A.IPv4.String())...)
+	cli := wrap(ctx, topo.B.NS, append(append(append(words[:len(words):len(words)], "--dev", topo.B.Name), common...), topo.A.IPv4.String())...)
 	r := runCmd(t, cli)
 	var serr error
 	select {
@@ -139,12 +140,12 @@ func TestPrivilegedPingpong(t *testing.T) {
 	for _, size := range []int{64, 3000} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			capPath := filepath.Join(t.TempDir(), "pp.pcapng")
-			so, se, co, ce := pingpongRun(t, topo, func(ctx context.Context, ns *netlab.NS, args ...string) *exec.Cmd {
+			so, se, co, ce := runPair(t, topo, func(ctx context.Context, ns *netlab.NS, args ...string) *exec.Cmd {
 				if ns == topo.B.NS {
 					args = append(args, "--capture", capPath)
 				}
 				return plain(ctx, ns, args...)
-			}, "--link", "xsk", "-g", "1", "-s", fmt.Sprint(size), "-n", "20", "-m", "1024")
+			}, []string{"pingpong"}, "--link", "xsk", "-g", "1", "-s", fmt.Sprint(size), "-n", "20", "-m", "1024")
 			checkPingpong(t, size, 20, so, se, co, ce)
 			if !strings.Contains(ce, "over AF_XDP") || !strings.Contains(ce, "path MTU 1024") {
 				t.Errorf("client stderr %q", ce)
@@ -159,7 +160,7 @@ func TestPrivilegedPingpong(t *testing.T) {
 	}
 	// -m larger than the path MTU is lowered to it, with a note.
 	t.Run("mtu4096", func(t *testing.T) {
-		so, se, co, ce := pingpongRun(t, topo, plain, "--link", "xsk", "-s", "5000", "-n", "5", "-m", "4096")
+		so, se, co, ce := runPair(t, topo, plain, []string{"pingpong"}, "--link", "xsk", "-s", "5000", "-n", "5", "-m", "4096")
 		checkPingpong(t, 5000, 5, so, se, co, ce)
 		if !strings.Contains(ce, "-m 4096 is more than the path MTU") {
 			t.Errorf("client stderr %q", ce)
@@ -185,7 +186,7 @@ func TestPrivilegedPingpongUDP(t *testing.T) {
 	asNobody := func(ctx context.Context, ns *netlab.NS, args ...string) *exec.Cmd {
 		return ns.Command(ctx, "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
 	}
-	so, se, co, ce := pingpongRun(t, topo, asNobody, "--link", "udp", "-g", "1", "-s", "3000", "-n", "20")
+	so, se, co, ce := runPair(t, topo, asNobody, []string{"pingpong"}, "--link", "udp", "-g", "1", "-s", "3000", "-n", "20")
 	checkPingpong(t, 3000, 20, so, se, co, ce)
 	if !strings.Contains(ce, "over UDP") || !strings.Contains(se, "over UDP") {
 		t.Errorf("stderr does not name UDP: server %q, client %q", se, ce)
