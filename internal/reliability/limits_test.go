@@ -365,7 +365,9 @@ func TestQPChurnMemory(t *testing.T) {
 	limit := r0 + r0/10 + 16<<20
 	t.Logf("RSS: before %.1f MiB, peak %.1f MiB (%.1f KiB per queue pair), after destroying %.1f MiB (limit %.1f MiB)",
 		mib(r0), mib(peak), float64(peak-r0)/1024/float64(2*conns), mib(r1), mib(limit))
-	if r1 > limit {
+	if raceEnabled {
+		t.Log("race detector on: its shadow memory stays, RSS not checked")
+	} else if r1 > limit {
 		t.Errorf("RSS after destroying the queue pairs %.1f MiB, above the limit %.1f MiB", mib(r1), mib(limit))
 	}
 	a.Close()
@@ -437,7 +439,9 @@ func TestClosedDeviceReleasesQueuePairs(t *testing.T) {
 	limit := r0 + r0/10 + 16<<20
 	t.Logf("RSS: before %.1f MiB, with %d queue pairs %.1f MiB, after Close %.1f MiB (limit %.1f MiB)",
 		mib(r0), 2*conns, mib(peak), mib(r1), mib(limit))
-	if r1 > limit {
+	if raceEnabled {
+		t.Log("race detector on: its shadow memory stays, RSS not checked")
+	} else if r1 > limit {
 		t.Errorf("a closed device (still referenced) keeps %.1f MiB, above the limit %.1f MiB", mib(r1-r0), mib(limit))
 	}
 	runtime.KeepAlive(a)

@@ -314,7 +314,10 @@ func TestTrafficLossyPipe(t *testing.T) {
 	}
 	f := pipe.Faults{Loss: 0.05, Reorder: 0.02, Duplicate: 0.01, Corrupt: 0.001}
 	o := roce.DefaultConnectOptions()
-	o.Timeout, o.MinRNRTimer = 10, 1
+	o.Timeout, o.MinRNRTimer = 10, 1 // ≈ 4 ms
+	if raceEnabled {
+		o.Timeout = 15 // ≈ 134 ms: round trips take several ms under -race
+	}
 	var res [2]trafficResult
 	for i, faults := range []pipe.Faults{{}, f} {
 		a, b, la, lb := newPipePair(t, pipe.Config{Seed: 9, AtoB: faults, BtoA: faults, TxBuffers: 1024})
