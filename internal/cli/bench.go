@@ -219,6 +219,10 @@ type bench struct {
 	results []cm.PerftestResult
 }
 
+// perftestCycleMax is the largest cycle buffer (page size) a perftest peer is
+// expected to announce.
+const perftestCycleMax = 64 << 10
+
 // peer makes a queue pair, its CQ and buffer for one connection.
 func (b *bench) peer(local net.Addr) (*cm.ToolPeer, error) {
 	pd := b.dev.AllocPD()
@@ -231,7 +235,14 @@ func (b *bench) peer(local net.Addr) (*cm.ToolPeer, error) {
 	if b.test == cm.SendLat {
 		bufLen *= 2
 	}
-	mr, err := pd.RegMR(make([]byte, max(bufLen, 64)), roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead|roce.RemoteAtomic)
+	// perftest's requesters step the remote address by the message size
+	// (rounded up to a cache line) through a cycle buffer, the larger page
+	// size of the two hosts, when the message is at most half of it: they
+	// address up to cycle buffer + message bytes. Sized for 64 KiB pages.
+	if b.size <= perftestCycleMax/2 {
+		bufLen = max(bufLen, perftestCycleMax+b.size+64)
+	}
+	mr, err := pd.RegMR(make([]byte, bufLen), roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead|roce.RemoteAtomic)
 	if err != nil {
 		return nil, err
 	}

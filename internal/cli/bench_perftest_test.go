@@ -3,15 +3,61 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/internal/testenv"
+	"github.com/xdproce/xdproce/link/pipe"
+	"github.com/xdproce/xdproce/roce"
 )
+
+// TestBenchPeerBuffer: perftest's requesters step the remote address through
+// a cycle buffer (a page) for messages up to half of it, so the buffer a
+// bench peer exposes covers a 64 KiB cycle beyond its start for small
+// messages (ib_atomic_bw against xdproce's server failed with a remote access
+// error while it was 64 bytes), and is not doubled for large ones.
+func TestBenchPeerBuffer(t *testing.T) {
+	la, _, err := pipe.New(pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("198.51.100.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	local := &net.TCPAddr{IP: net.ParseIP("198.51.100.1"), Port: 1}
+	for _, tc := range []struct {
+		test      cm.PerftestTest
+		size, min int
+		max       int
+	}{
+		{cm.AtomicBW, 8, 64<<10 + 8, 1 << 20},
+		{cm.WriteBW, 64, 64<<10 + 64, 1 << 20},
+		{cm.SendLat, 2, 64<<10 + 2, 1 << 20},
+		{cm.ReadBW, 1 << 20, 1 << 20, 1 << 20},
+		{cm.SendLat, 1 << 20, 2 << 20, 2 << 20},
+	} {
+		b := &bench{dev: dev, test: tc.test, size: tc.size, iters: 10, qps: 1}
+		p, err := b.peer(local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := p.MR.Len(); n < tc.min || n > tc.max {
+			t.Errorf("%v %d B: buffer of %d bytes, want %d to %d", tc.test, tc.size, n, tc.min, tc.max)
+		}
+		if p.MR.Addr()%8 != 0 {
+			t.Errorf("%v: buffer at %#x is not 8-byte aligned", tc.test, p.MR.Addr())
+		}
+	}
+}
 
 func TestBenchPerftestUsageErrors(t *testing.T) {
 	for _, tt := range []struct {
