@@ -31,12 +31,15 @@ func openXSK(t *testing.T, e *netlab.Iface) *roce.Device {
 	return d
 }
 
-// relayOptions: local ACK timeout 12 (≈ 17 ms; 10, ≈ 4 ms, times out
-// spuriously behind the relay's queue and ends in RETRY_EXC_ERR), RNR timer
-// 1. With a send window of 16 packets (relayWindow) go-back-N wastes least.
+// relayOptions: local ACK timeout 14 (≈ 67 ms, rdma-core's usual; 10, ≈
+// 4 ms, times out spuriously behind the relay's queue, and 12 (≈ 17 ms) ×
+// 7 retries does not survive the relay or an engine being starved of CPU
+// for 150 ms on this 2-core machine: RETRY_EXC_ERR on every queue pair at
+// once), RNR timer 1. With a send window of 16 packets (relayWindow)
+// go-back-N wastes least.
 func relayOptions() roce.ConnectOptions {
 	o := roce.DefaultConnectOptions()
-	o.Timeout, o.MinRNRTimer = 12, 1
+	o.Timeout, o.MinRNRTimer = 14, 1
 	return o
 }
 
@@ -81,7 +84,8 @@ func TestPrivilegedRelayFaults(t *testing.T) {
 // TestPrivilegedSoak: mixed traffic on 16 queue pairs through the faulty
 // relay for -soak (20 s by default; CI's long run uses 2m): no data error,
 // memory (RSS) in the last quarter within 10 % + 16 MiB of the first
-// quarter's, and no goroutine growth.
+// quarter's, the live heap (after a GC, every 5 s) growing by less than
+// 4 MiB, and no goroutine growth.
 func TestPrivilegedSoak(t *testing.T) {
 	netlab.Privileged(t)
 	topo := netlab.Relayed(t, netlab.LinkConfig{}, faultyRelay(11))
@@ -95,9 +99,16 @@ func TestPrivilegedSoak(t *testing.T) {
 		gs    int
 	}
 	var samples []sample
+	var heap []uint64
 	res := runTraffic(t, a, b, trafficConfig{conns: 16, dur: *soak, opts: relayOptions(), window: relayWindow,
 		progress: func(moved int64, el time.Duration) {
 			samples = append(samples, sample{el, moved, rss(t), runtime.NumGoroutine()})
+			if len(samples)%5 == 0 {
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				heap = append(heap, ms.HeapAlloc)
+			}
 		}})
 	t.Logf("soak %v: %v", *soak, res)
 	t.Logf("relay %+v", topo.Relay.Stats())
@@ -124,6 +135,13 @@ func TestPrivilegedSoak(t *testing.T) {
 		mib(first), mib(last), g0, gFirst, gLast, float64(worst)/(1<<20))
 	if last > first+first/10+16<<20 {
 		t.Errorf("memory grew: %.1f MiB → %.1f MiB", mib(first), mib(last))
+	}
+	if len(heap) >= 2 {
+		h0, h1 := heap[0], heap[len(heap)-1]
+		t.Logf("live heap after GC: %.1f MiB at 5 s, %.1f MiB at the end (%d samples)", mib(int64(h0)), mib(int64(h1)), len(heap))
+		if h1 > h0+4<<20 {
+			t.Errorf("live heap grew from %.1f MiB to %.1f MiB", mib(int64(h0)), mib(int64(h1)))
+		}
 	}
 	if gLast > gFirst {
 		t.Errorf("goroutines grew: %d → %d", gFirst, gLast)

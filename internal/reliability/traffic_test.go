@@ -68,6 +68,7 @@ type trafConn struct {
 	counter            int
 	gen                uint64
 	nsend              int
+	failed             bool // an atomic may have been applied without its completion
 	seen               map[uint64]bool
 	pending            [trafWindow * 2]pendingOp
 }
@@ -158,7 +159,9 @@ func runTraffic(t *testing.T, a, b *roce.Device, cfg trafficConfig) trafficResul
 		go func() {
 			defer wg.Done()
 			if err := tc.run(mix, done, &moved, &ops, &atomics, &sends); err != nil {
-				errs <- fmt.Errorf("connection %d: %w", tc.id, err)
+				tc.failed = true
+				errs <- fmt.Errorf("connection %d: %w (after %v; requester %s; responder %s)", tc.id, err,
+					time.Since(start).Round(time.Millisecond), qpCounters(tc.c.x), qpCounters(tc.c.y))
 			}
 		}()
 	}
@@ -171,13 +174,25 @@ func runTraffic(t *testing.T, a, b *roce.Device, cfg trafficConfig) trafficResul
 		t.Error(err)
 	}
 	for _, tc := range conns {
-		if got := binary.NativeEndian.Uint64(tc.ybuf[tc.counter:]); got != uint64(len(tc.seen)) {
+		if got := binary.NativeEndian.Uint64(tc.ybuf[tc.counter:]); !tc.failed && got != uint64(len(tc.seen)) {
 			t.Errorf("connection %d: counter %d after %d FETCH_ADDs", tc.id, got, len(tc.seen))
 		}
 	}
 	r := trafficResult{bytes: moved.Load(), ops: ops.Load(), atomics: atomics.Load(), sends: sends.Load(), elapsed: el}
 	r.goodputMBs = float64(r.bytes) / el.Seconds() / 1e6
 	return r
+}
+
+// qpCounters formats a queue pair's state and non-zero counters.
+func qpCounters(q *roce.QP) string {
+	st := q.Engine().Stats()
+	s := q.Engine().State().String()
+	for c := qp.Counter(0); c < qp.CtrEncodeErrors+1; c++ {
+		if v := st.Get(c); v != 0 {
+			s += fmt.Sprintf(" %v=%d", c, v)
+		}
+	}
+	return s
 }
 
 // run is one connection's loop: keep trafWindow WRs posted, check each
