@@ -76,13 +76,27 @@ func TestICRCSurvivesKernelHeaders(t *testing.T) {
 			if v6 {
 				return // no IP ID in IPv6
 			}
-			// A sender that puts another ID in the ICRC: the kernel sends
-			// ID 0, so the ICRC no longer matches.
+			// A sender whose ICRC covers another IP ID (as rxe's does: it
+			// counts): the kernel hides the received ID, and the link
+			// recovers it from the ICRC, so the frame is whole again.
+			before := b.Stats().RxIPIDRecovered
 			if err := sendOne(t, a, encode(t, fam.src, fam.dst, sport, 0x1234, 0, 64, payload)); err != nil {
 				t.Fatal(err)
 			}
+			if err := p.Decode(recvOne(t, b)); err != nil || p.IPID != 0x1234 {
+				t.Errorf("frame encoded with IP ID 0x1234: %v, ID %#x; want a valid frame with ID 0x1234", err, p.IPID)
+			}
+			if got := b.Stats().RxIPIDRecovered - before; got != 1 {
+				t.Errorf("RxIPIDRecovered grew by %d, want 1", got)
+			}
+			// The same with a corrupted payload byte: no ID explains it.
+			bad := encode(t, fam.src, fam.dst, sport, 0x1234, 0, 64, payload)
+			bad[len(bad)-6] ^= 0x5a
+			if err := sendOne(t, a, bad); err != nil {
+				t.Fatal(err)
+			}
 			if err := p.Decode(recvOne(t, b)); !errors.Is(err, wire.ErrBadICRC) {
-				t.Errorf("frame encoded with IP ID 0x1234: %v, want ErrBadICRC", err)
+				t.Errorf("corrupted frame: %v, want ErrBadICRC", err)
 			}
 			// A frame encoded with another source port than the socket's.
 			if err := sendOne(t, a, encode(t, fam.src, fam.dst, 0xC000, 0, 0, 64, payload)); err != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/wire"
 )
 
 // Port is the RoCEv2 UDP port.
@@ -58,13 +59,14 @@ type Config struct {
 
 // Stats counts what a Link did. Drops are counted, not reported per frame.
 type Stats struct {
-	RxFrames    uint64 // frames returned by Receive
-	RxTruncated uint64 // datagrams larger than the receive buffer (MTU), dropped
-	RxInvalid   uint64 // datagrams without a usable address, dropped
-	TxFrames    uint64 // datagrams accepted by the kernel
-	TxDropped   uint64 // frames dropped because the socket buffer was full (EAGAIN)
-	TxErrors    uint64 // frames the kernel refused (e.g. EMSGSIZE, ENETUNREACH)
-	TxInvalid   uint64 // frames that are not Ethernet/IP/UDP, or not from Alloc
+	RxFrames        uint64 // frames returned by Receive
+	RxTruncated     uint64 // datagrams larger than the receive buffer (MTU), dropped
+	RxInvalid       uint64 // datagrams without a usable address, dropped
+	RxIPIDRecovered uint64 // IPv4 frames whose hidden IP ID was recovered from the ICRC (non-zero)
+	TxFrames        uint64 // datagrams accepted by the kernel
+	TxDropped       uint64 // frames dropped because the socket buffer was full (EAGAIN)
+	TxErrors        uint64 // frames the kernel refused (e.g. EMSGSIZE, ENETUNREACH)
+	TxInvalid       uint64 // frames that are not Ethernet/IP/UDP, or not from Alloc
 }
 
 // Per-frame Send errors (package values: no allocation on the frame path).
@@ -114,7 +116,7 @@ type Link struct {
 	pfd     [2]unix.PollFd
 	ts      unix.Timespec
 	efdBuf  [8]byte
-	rxStats struct{ frames, truncated, invalid atomic.Uint64 }
+	rxStats struct{ frames, truncated, invalid, idRecovered atomic.Uint64 }
 	txStats struct{ frames, dropped, errors, invalid atomic.Uint64 }
 }
 
@@ -375,13 +377,14 @@ func (l *Link) LocalPort() uint16 { return l.props.SrcPort }
 // Stats returns the link's counters. Safe for concurrent use.
 func (l *Link) Stats() Stats {
 	return Stats{
-		RxFrames:    l.rxStats.frames.Load(),
-		RxTruncated: l.rxStats.truncated.Load(),
-		RxInvalid:   l.rxStats.invalid.Load(),
-		TxFrames:    l.txStats.frames.Load(),
-		TxDropped:   l.txStats.dropped.Load(),
-		TxErrors:    l.txStats.errors.Load(),
-		TxInvalid:   l.txStats.invalid.Load(),
+		RxFrames:        l.rxStats.frames.Load(),
+		RxTruncated:     l.rxStats.truncated.Load(),
+		RxInvalid:       l.rxStats.invalid.Load(),
+		RxIPIDRecovered: l.rxStats.idRecovered.Load(),
+		TxFrames:        l.txStats.frames.Load(),
+		TxDropped:       l.txStats.dropped.Load(),
+		TxErrors:        l.txStats.errors.Load(),
+		TxInvalid:       l.txStats.invalid.Load(),
 	}
 }
 
@@ -668,6 +671,15 @@ func (l *Link) frame(i int) ([]byte, bool) {
 		copy(ip[16:20], dst[12:])
 		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
 		putUDP(f[34:42], sport, n)
+		// The kernel hid the sender's Identification, which the ICRC
+		// covers: recover it from the ICRC (rxe sends a counter, we and
+		// other UDP-socket senders 0) so the frame is the one sent, in
+		// captures too. A frame no Identification explains is left with
+		// 0 and fails the engine's ICRC check.
+		if id, ok := wire.RecoverIPv4ID(f); ok && id != 0 {
+			wire.SetIPv4ID(f, id)
+			l.rxStats.idRecovered.Add(1)
+		}
 		return f, true
 	}
 	f := slot[:payload+n]
