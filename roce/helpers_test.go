@@ -147,7 +147,7 @@ func connectRC(tb testing.TB, p *devPair, c connCfg) (x, y *side) {
 	o := c.opts
 	if o == nil {
 		d := roce.DefaultConnectOptions()
-		d.Timeout = 12 // ≈ 17 ms: lost frames come back soon, a loaded machine does not exhaust retries
+		d.Timeout = 14 // ≈ 67 ms × 8 tries: a loaded machine (CI runs QEMU beside the tests) does not exhaust retries; fast retransmit brings lost frames back sooner
 		o = &d
 	}
 	if c.qpAccess != 0 {

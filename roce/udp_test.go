@@ -148,7 +148,7 @@ func runChild(port int) error {
 		return err
 	}
 	o := roce.DefaultConnectOptions()
-	o.Timeout = 10
+	o.Timeout = 14 // ≈ 67 ms: the child process may be descheduled on a loaded machine
 	if err := q.Connect(s.psn, roce.Endpoint{QPN: qpn, PSN: psn, GID: roce.GIDFromIP(loA)}, &o); err != nil {
 		return err
 	}
@@ -257,7 +257,7 @@ func TestTwoProcessesUDP(t *testing.T) {
 	}
 	x := newSide(t, dev, roce.RC, connCfg{}, 0x4242)
 	o := roce.DefaultConnectOptions()
-	o.Timeout = 10
+	o.Timeout = 14 // ≈ 67 ms: the child process may be descheduled on a loaded machine
 	if err := x.qp.Connect(x.psn, roce.Endpoint{QPN: cqpn, PSN: cpsn, GID: roce.GIDFromIP(loC)}, &o); err != nil {
 		t.Fatal(err)
 	}
