@@ -57,7 +57,11 @@ type Config struct {
 	// kernel refuses larger aligned chunks); 0 means 4096.
 	ChunkSize int
 	// RxChunks and TxChunks are the UMEM chunks for receiving and sending, per
-	// socket; 0 means 2048 each. Rounded up to powers of two.
+	// socket; 0 means 2048 each, except RxChunks with multi-buffer: 4096,
+	// since a received frame over one chunk takes two or more (at MTU 9000 a
+	// PMTU 4096 RoCE frame takes two, and 1024 of them in flight — the
+	// default RoCE send window — overflowed a 2048-entry fill ring: the kernel
+	// dropped frames and go-back-N resent windows). Rounded up to powers of two.
 	RxChunks, TxChunks int
 	// MTU is the L3 MTU frames are sized for; 0 means the interface's MTU.
 	MTU int
@@ -79,13 +83,12 @@ func (c *Config) withDefaults() Config {
 	if d.ChunkSize == 0 {
 		d.ChunkSize = 4096
 	}
-	if d.RxChunks == 0 {
-		d.RxChunks = 2048
-	}
 	if d.TxChunks == 0 {
 		d.TxChunks = 2048
 	}
-	d.RxChunks = pow2(d.RxChunks)
+	if d.RxChunks != 0 { // 0: chosen by open, which knows whether frames span chunks
+		d.RxChunks = pow2(d.RxChunks)
+	}
 	d.TxChunks = pow2(d.TxChunks)
 	return d
 }
@@ -242,6 +245,12 @@ func (s *Socket) open(c *Config) error {
 	s.maxFrame = int(s.slotBytes)
 	if k > 1 && !s.sg {
 		s.sg = true
+	}
+	if c.RxChunks == 0 {
+		c.RxChunks = 2048
+		if s.sg {
+			c.RxChunks = 4096
+		}
 	}
 	txSlots := c.TxChunks / k
 	if txSlots < 1 {
