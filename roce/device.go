@@ -116,10 +116,13 @@ type Stats struct {
 	// Sums of the queue pairs' counters (roce/qp), destroyed ones included.
 	Retransmits uint64 // packets sent again (go-back-N, RNR, timeout)
 	Timeouts    uint64 // local ACK timeouts
-	SeqNAKs     uint64 // PSN sequence error NAKs sent and received
-	RNRNAKs     uint64 // RNR NAKs sent and received
-	Duplicates  uint64 // duplicate requests received
-	QPDropped   uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
+	// FastRetransmits counts resends started because an ACK asked for was
+	// overdue by the measured round trip (before the local ACK timeout).
+	FastRetransmits uint64
+	SeqNAKs         uint64 // PSN sequence error NAKs sent and received
+	RNRNAKs         uint64 // RNR NAKs sent and received
+	Duplicates      uint64 // duplicate requests received
+	QPDropped       uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
 }
 
 // addQPStats adds the counters of one queue pair to st.
@@ -127,6 +130,7 @@ func addQPStats(st *Stats, q *qp.QP) {
 	c := q.Stats()
 	st.Retransmits += c.Get(qp.CtrRetransmits)
 	st.Timeouts += c.Get(qp.CtrTimeouts)
+	st.FastRetransmits += c.Get(qp.CtrFastRetransmits)
 	st.SeqNAKs += c.Get(qp.CtrSeqNAKsSent) + c.Get(qp.CtrSeqNAKsRecv)
 	st.RNRNAKs += c.Get(qp.CtrRNRNAKsSent) + c.Get(qp.CtrRNRNAKsRecv)
 	st.Duplicates += c.Get(qp.CtrDuplicates)
@@ -331,6 +335,7 @@ func (d *Device) Stats() Stats {
 	st.QPs = len(d.qps)
 	st.Retransmits, st.Timeouts, st.SeqNAKs = d.retired.Retransmits, d.retired.Timeouts, d.retired.SeqNAKs
 	st.RNRNAKs, st.Duplicates, st.QPDropped = d.retired.RNRNAKs, d.retired.Duplicates, d.retired.QPDropped
+	st.FastRetransmits = d.retired.FastRetransmits
 	for _, e := range d.qps {
 		addQPStats(&st, e.q)
 	}
@@ -422,7 +427,10 @@ func (d *Device) doorbell(e *qpEntry) {
 		d.readyMu.Unlock()
 	}
 	d.bell.Store(true)
-	if d.sleeping.Load() {
+	// Only the first doorbell after the engine went to sleep wakes it: the
+	// others find sleeping cleared and save the system call (an application
+	// posting a burst while the engine sleeps rang Wake once per post).
+	if d.sleeping.Load() && d.sleeping.CompareAndSwap(true, false) {
 		d.st.wakeups.Add(1)
 		d.l.Wake()
 	}
