@@ -49,10 +49,13 @@ const relayWindow = 16
 // traffic on 8 queue pairs completes byte-exact through a relay with 5 %
 // loss, 2 % reorder, 1 % duplication and 0.1 % corruption each way, every
 // atomic applied once; goodput is compared with the same run through a
-// fault-free relay. 32 MiB each (256 MiB with -long).
+// fault-free relay. 128 MiB each (256 MiB with -long, 32 MiB with -short).
 func TestPrivilegedRelayFaults(t *testing.T) {
 	netlab.Privileged(t)
-	total := int64(32 << 20)
+	total := int64(128 << 20)
+	if testing.Short() {
+		total = 32 << 20
+	}
 	if *long {
 		total = 256 << 20
 	}
