@@ -940,3 +940,66 @@ func TestHostileSeedsReachDeepCode(t *testing.T) {
 		t.Error("the tap missed a frame with secret memory in it")
 	}
 }
+
+// TestHostileReadFlood: an attacker sends 200 READ requests (and then 200
+// FETCH_ADDs) at once, far beyond max_dest_rd_atomic (16): the responder
+// keeps a bounded number of READ/atomic resources (it answers at most 32,
+// and drops the rest), reads only what it may, and the honest queue pair
+// keeps working.
+func TestHostileReadFlood(t *testing.T) {
+	vt := newVictim(t)
+	t.Cleanup(vt.close)
+	base := wire.Packet{
+		SrcIP: attackerIP, DstIP: victimIP, TTL: 64, SrcPort: 0xC000, DstPort: wire.UDPPort,
+		BTH: wire.BTH{PKey: 0xFFFF},
+	}
+	for _, atomic := range []bool{false, true} {
+		var in []byte
+		for i := range 200 {
+			p := base
+			p.BTH.DestQPN, p.BTH.PSN = 0, reqPSN+uint32(i)
+			if atomic {
+				p.BTH.Opcode = wire.RCFetchAdd
+				p.Atomic = wire.AtomicETH{RKey: slotRW, VA: uint64(8 * (i % 64)), SwapAdd: 1}
+			} else {
+				p.BTH.Opcode = wire.RCReadRequest
+				p.RETH = wire.RETH{RKey: slotRO, VA: uint64(i % 512), DMALen: 256}
+			}
+			buf := make([]byte, maxFrameSize)
+			n, err := p.Encode(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = append(in, record(ctrlAll, buf[:n])...)
+		}
+		// One input carries at most maxRecords frames: feed them through
+		// the harness's pieces directly.
+		vt.setup(t)
+		var frames [][]byte
+		for rest := in; len(rest) > 0; {
+			n := 3 + int(binary.BigEndian.Uint16(rest[1:3]))
+			frames = append(frames, vt.frames(rest[:n])...)
+			rest = rest[n:]
+		}
+		before := vt.v.Stats().RxFrames
+		vt.h.inject(frames)
+		waitCounter(t, "victim receives the flood", func() uint64 { return vt.v.Stats().RxFrames }, before+uint64(len(frames)))
+		vt.mu.Lock()
+		bad := append([]string(nil), vt.violations...)
+		answered := vt.answered
+		vt.answered, vt.naks = 0, 0
+		vt.mu.Unlock()
+		bad = append(bad, vt.checkMemory()...)
+		vt.teardown(t)
+		if len(bad) > 0 {
+			t.Fatalf("flood violated the victim's guarantees:\n%s", strings.Join(bad, "\n"))
+		}
+		vt.honest(t)
+		t.Logf("atomic=%v: 200 requests in one burst, %d answered; victim %+v", atomic, answered, vt.v.Stats())
+		// roce/qp keeps 2 × MaxRdAtomicLimit resources whatever
+		// max_dest_rd_atomic says (rxe does not count them either).
+		if answered == 0 || answered > 2*qp.MaxRdAtomicLimit {
+			t.Errorf("atomic=%v: %d of 200 requests answered, want 1..%d", atomic, answered, 2*qp.MaxRdAtomicLimit)
+		}
+	}
+}
