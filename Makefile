@@ -53,6 +53,11 @@ generate-check:
 	elif [ "$$XDPROCE_REQUIRE_PRIV" = 1 ]; then echo "generate-check: clang-19 missing (apt-get install clang-19)"; exit 1; \
 	else echo "generate-check: skipped, clang-19 not installed (apt-get install clang-19)"; fi
 
+# The interop suite against Linux rxe in a QEMU guest, with its matrix (root; the first run
+# builds the guest image, ~4 min, into /var/cache/xdproce-interop). See interop/README.md.
+interop:
+	GO=$(GO) ./interop/run.sh
+
 demo: build
 	./bin/xdproce demo
 
