@@ -68,7 +68,7 @@ type trafConn struct {
 	counter            int
 	gen                uint64
 	nsend              int
-	failed             bool // an atomic may have been applied without its completion
+	failed             bool   // an atomic may have been applied without its completion
 	atomics            uint64 // FETCH_ADDs completed
 	pending            [trafWindow * 2]pendingOp
 }
