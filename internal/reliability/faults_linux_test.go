@@ -115,8 +115,8 @@ func TestPrivilegedSoak(t *testing.T) {
 		}})
 	t.Logf("soak %v: %v", *soak, res)
 	t.Logf("relay %+v", topo.Relay.Stats())
-	if len(samples) < 8 {
-		t.Fatalf("only %d samples", len(samples))
+	if len(samples) < 4 {
+		t.Fatalf("only %d one-second samples: -soak must be at least 5s", len(samples))
 	}
 	q := len(samples) / 4
 	var first, last int64
@@ -136,10 +136,12 @@ func TestPrivilegedSoak(t *testing.T) {
 	}
 	t.Logf("RSS max first quarter %.1f MiB, last quarter %.1f MiB; goroutines %d at start, max %d / %d in the first / last quarter; slowest second moved %.1f MiB",
 		mib(first), mib(last), g0, gFirst, gLast, float64(worst)/(1<<20))
-	if last > first+first/10+16<<20 {
+	if *soak < 15*time.Second { // the first seconds are warm-up
+		t.Logf("soak shorter than 15 s: memory trend not checked")
+	} else if last > first+first/10+16<<20 {
 		t.Errorf("memory grew: %.1f MiB → %.1f MiB", mib(first), mib(last))
 	}
-	if len(heap) >= 2 {
+	if len(heap) >= 2 && *soak >= 15*time.Second {
 		h0, h1 := heap[0], heap[len(heap)-1]
 		t.Logf("live heap after GC: %.1f MiB at 5 s, %.1f MiB at the end (%d samples)", mib(int64(h0)), mib(int64(h1)), len(heap))
 		if h1 > h0+4<<20 {
