@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/qp"
 )
 
@@ -243,7 +244,7 @@ func runOperationsCfg(t *testing.T, p *devPair, cfg connCfg) {
 
 	t.Run("SEND_WITH_INV", func(t *testing.T) {
 		extra := make([]byte, 4096)
-		m, err := y.pd.RegMR(extra, roce.LocalWrite|roce.RemoteWrite)
+		m, err := y.pd.RegMR(extra, roce.LocalWrite|roce.RemoteWrite|mr.RemoteInvalidate)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,18 +9,17 @@ import (
 	"github.com/xdproce/xdproce/roce/qp"
 )
 
-// TestSendWithInvalidateRegularMR (known bug, run with -knownbugs): a SEND
-// with Invalidate naming the R_Key of an ordinary registered region must not
-// withdraw it. In rxe only fast-registration MRs (IB_MR_TYPE_MEM_REG) and
-// memory windows can be invalidated remotely; rxe_invalidate_mr refuses a
-// region from ibv_reg_mr (-EINVAL, the SEND fails). Here roce/qp's responder
-// calls mr.Table.InvalidateRKey for any region of the PD
-// (roce/qp/responder.go, respExecute, KindSend with HasIETH), so any peer
-// granted an R_Key can revoke it for every other peer sharing the region.
+// TestSendWithInvalidateRegularMR: a SEND with Invalidate naming the R_Key
+// of an ordinary registered region must not withdraw it. In rxe only
+// fast-registration MRs (IB_MR_TYPE_MEM_REG) and memory windows can be
+// invalidated remotely; rxe_invalidate_mr refuses a region from ibv_reg_mr and
+// the responder fails the SEND as class J: the receive WQE completes with
+// IBV_WC_REM_INV_REQ_ERR and the QP goes to Error, while the requester, whose
+// SEND was acknowledged, sees IBV_WC_SUCCESS. xdproce does the same for any
+// region not registered with mr.RemoteInvalidate (its stand-in for
+// ibv_alloc_mr regions), so a peer granted an R_Key cannot revoke it for every
+// other peer sharing the region.
 func TestSendWithInvalidateRegularMR(t *testing.T) {
-	if !*knownBugs {
-		t.Skip("known bug (remote invalidation of ordinary regions); run with -knownbugs")
-	}
 	a, b, _, _ := newPipePair(t, pipe.Config{})
 	pdA, pdB := a.AllocPD(), b.AllocPD()
 	shared := make([]byte, 64)
@@ -40,8 +39,15 @@ func TestSendWithInvalidateRegularMR(t *testing.T) {
 		InvRKey: sm.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	wc := wait1(t, mallory.xcq, 5*time.Second)
-	t.Logf("SEND with Invalidate of an ordinary region's R_Key: %v", wc.Status)
+	if wc := wait1(t, mallory.xcq, 5*time.Second); wc.Status != qp.WCSuccess {
+		t.Errorf("sender's WC for a refused SEND with Invalidate: %v, want %v (rxe acknowledges it)", wc.Status, qp.WCSuccess)
+	}
+	if wc := wait1(t, mallory.ycq, 5*time.Second); wc.ID != 1 || wc.Status != qp.WCRemInvReqErr {
+		t.Errorf("receiver's WC for a SEND with Invalidate of an ordinary region: %+v, want ID 1 %v", wc, qp.WCRemInvReqErr)
+	}
+	if st := mallory.y.Engine().State(); st != qp.Error {
+		t.Errorf("receiving QP after a refused SEND with Invalidate: %v, want %v", st, qp.Error)
+	}
 	if err := honest.x.PostSend(roce.SendWR{ID: 2, Opcode: qp.WRRDMAWrite, Flags: qp.Signaled, SGL: sgeOf(am, 0, 8),
 		RemoteAddr: sm.Addr(), RKey: sm.RKey()}); err != nil {
 		t.Fatal(err)

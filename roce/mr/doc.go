@@ -10,6 +10,11 @@
 // rkey is not issued again (the table remembers the last DefaultRetiredKeys
 // released rkeys).
 //
+// A peer may withdraw an rkey with a SEND with Invalidate only if the region
+// was registered with RemoteInvalidate (xdproce's stand-in for the
+// fast-registration regions of ibv_alloc_mr, the only ones rxe lets a peer
+// invalidate); Table.InvalidateRKey refuses any other with ErrAccess.
+//
 // The engine looks memory up with Table.Local and Table.Remote, which check the
 // key, the protection domain, the access flags and the bounds (with
 // overflow-safe arithmetic), and allocate nothing. All methods are safe for

@@ -21,10 +21,20 @@ const (
 	RemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	RemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
 
-	allAccess = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic
+	// RemoteInvalidate (an xdproce flag, no ibverbs bit) lets a peer
+	// withdraw the region's rkey with a SEND with Invalidate. It stands in
+	// for the fast-registration regions of ibv_alloc_mr
+	// (IB_MR_TYPE_MEM_REG), the only regions rxe lets a peer invalidate;
+	// an ordinary region (ibv_reg_mr) refuses it, and so does one
+	// registered without this flag. Once invalidated, the rkey is refused
+	// like a deregistered one; the region stays usable locally.
+	RemoteInvalidate Access = 1 << 31
+
+	allAccess = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | RemoteInvalidate
 )
 
-var accessNames = [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"}
+var accessNames = [32]string{0: "LOCAL_WRITE", 1: "REMOTE_WRITE", 2: "REMOTE_READ", 3: "REMOTE_ATOMIC",
+	31: "REMOTE_INVALIDATE"}
 
 // String lists the flags as "LOCAL_WRITE|REMOTE_READ"; the empty set is "0".
 func (a Access) String() string {
@@ -33,7 +43,7 @@ func (a Access) String() string {
 	}
 	var b strings.Builder
 	for i, n := range accessNames {
-		if a&(1<<i) != 0 {
+		if n != "" && a&(1<<i) != 0 {
 			if b.Len() > 0 {
 				b.WriteByte('|')
 			}
@@ -328,8 +338,11 @@ func (m *MR) Deregister() error {
 }
 
 // InvalidateRKey withdraws the remote key of a live region of pd (as a SEND
-// with Invalidate does): the region stays usable locally. It returns
-// ErrInvalidKey or ErrPDMismatch.
+// with Invalidate does): the region stays usable locally, the key is refused
+// from then on. Only a region registered with RemoteInvalidate may be
+// invalidated; any other fails with ErrAccess and keeps its key (as rxe
+// refuses remote invalidation of an ibv_reg_mr region). It returns
+// ErrInvalidKey, ErrPDMismatch or ErrAccess, unwrapped.
 func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -339,6 +352,9 @@ func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
 	}
 	if m.pd != pd {
 		return ErrPDMismatch
+	}
+	if m.access&RemoteInvalidate == 0 {
+		return ErrAccess
 	}
 	delete(t.rkeys, rkey)
 	t.retire(rkey)

@@ -234,7 +234,7 @@ func TestDeregisterInvalidatesAtOnce(t *testing.T) {
 func TestInvalidateRKey(t *testing.T) {
 	tbl := mr.NewTable()
 	pd := tbl.AllocPD()
-	m, _ := pd.Register(make([]byte, 8), mr.LocalWrite|mr.RemoteWrite)
+	m, _ := pd.Register(make([]byte, 8), mr.LocalWrite|mr.RemoteWrite|mr.RemoteInvalidate)
 	if err := tbl.InvalidateRKey(tbl.AllocPD(), m.RKey()); !errors.Is(err, mr.ErrPDMismatch) {
 		t.Fatalf("invalidate from another pd: %v", err)
 	}
@@ -247,8 +247,28 @@ func TestInvalidateRKey(t *testing.T) {
 	if _, err := tbl.Local(pd, m.LKey(), m.Addr(), 1, mr.LocalWrite); err != nil {
 		t.Fatalf("Local after invalidate: %v", err)
 	}
+	if err := tbl.InvalidateRKey(pd, m.RKey()); !errors.Is(err, mr.ErrInvalidKey) {
+		t.Fatalf("second invalidate: %v, want ErrInvalidKey", err)
+	}
 	if err := m.Deregister(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An ordinary region (no RemoteInvalidate: ibv_reg_mr's kind) keeps its rkey:
+// rxe refuses remote invalidation of it.
+func TestInvalidateRKeyOrdinaryRegion(t *testing.T) {
+	tbl := mr.NewTable()
+	pd := tbl.AllocPD()
+	m, _ := pd.Register(make([]byte, 8), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic)
+	if err := tbl.InvalidateRKey(pd, m.RKey()); !errors.Is(err, mr.ErrAccess) {
+		t.Fatalf("invalidate an ordinary region: %v, want ErrAccess", err)
+	}
+	if _, err := tbl.Remote(pd, m.RKey(), m.Addr(), 8, mr.RemoteWrite); err != nil {
+		t.Fatalf("Remote after a refused invalidate: %v", err)
+	}
+	if err := tbl.InvalidateRKey(pd, 0); !errors.Is(err, mr.ErrInvalidKey) {
+		t.Fatalf("invalidate key 0: %v, want ErrInvalidKey", err)
 	}
 }
 
@@ -347,9 +367,10 @@ func TestLookupsAllocateNothing(t *testing.T) {
 
 func TestAccessString(t *testing.T) {
 	for a, want := range map[mr.Access]string{
-		0:                             "0",
-		mr.LocalWrite | mr.RemoteRead: "LOCAL_WRITE|REMOTE_READ",
-		mr.RemoteAtomic | 1<<5:        "REMOTE_ATOMIC|0x20",
+		0:                                   "0",
+		mr.LocalWrite | mr.RemoteRead:       "LOCAL_WRITE|REMOTE_READ",
+		mr.RemoteAtomic | 1<<5:              "REMOTE_ATOMIC|0x20",
+		mr.LocalWrite | mr.RemoteInvalidate: "LOCAL_WRITE|REMOTE_INVALIDATE",
 	} {
 		if got := a.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", uint32(a), got, want)

@@ -166,3 +166,93 @@ func TestCraftedSequenceErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestCraftedSendWithInvalidate: a SEND with Invalidate may withdraw only the
+// rkey of a region registered with mr.RemoteInvalidate (rxe: fast-registration
+// regions only). Any other key fails as in rxe (class J): the data lands, the
+// receive WQE completes with REM_INV_REQ_ERR, the SEND is acknowledged (no
+// NAK; the MSN does not advance), the QP goes to Error, and the key stays
+// valid.
+func TestCraftedSendWithInvalidate(t *testing.T) {
+	refused := func(t *testing.T, v *victim, key uint32, ps ...*wire.Packet) {
+		t.Helper()
+		must(t, v.e.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+		must(t, v.e.q.PostRecv(&RecvWR{ID: 2, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+		var got []wire.Packet
+		for _, p := range ps {
+			got = append(got, v.feed(t, p)...)
+		}
+		last := ps[len(ps)-1]
+		if last.BTH.AckReq {
+			expectOne(t, "refused SEND with Invalidate", got, wire.ACKSyndrome(wire.UnlimitedCredits), last.BTH.PSN)
+			if got[0].AETH.MSN != 0 {
+				t.Errorf("ACK MSN %d, want 0 (the message did not complete)", got[0].AETH.MSN)
+			}
+		} else if len(got) != 0 {
+			t.Fatalf("sent %v, want nothing", summary(got))
+		}
+		wcs := make([]WC, 4)
+		n, _ := v.e.cq.Poll(wcs)
+		if n != 2 || wcs[0].ID != 1 || wcs[0].Status != WCRemInvReqErr || wcs[1].ID != 2 || wcs[1].Status != WCWRFlushErr {
+			t.Fatalf("receive WCs %+v, want REM_INV_REQ_ERR then WR_FLUSH_ERR", wcs[:n])
+		}
+		if v.e.q.State() != Error {
+			t.Fatalf("state %v, want ERR", v.e.q.State())
+		}
+		if key != 0 {
+			if _, err := v.e.tbl.Remote(v.e.pd, key, v.rw.Addr(), 8, mr.RemoteWrite); err != nil {
+				t.Fatalf("the region's rkey after a refused invalidate: %v", err)
+			}
+		}
+	}
+	inv := func(v *victim, op wire.Opcode, psn uint32, n int, key uint32) *wire.Packet {
+		p := v.pkt(op, psn, n)
+		p.IETH = key
+		return p
+	}
+	t.Run("ordinary region", func(t *testing.T) {
+		v := newVictim(t)
+		refused(t, v, v.rw.RKey(), inv(v, wire.RCSendOnlyInv, 0x100, 8, v.rw.RKey()))
+		if !bytes.Equal(v.recv.Bytes()[:8], bytes.Repeat([]byte{0xAB}, 8)) {
+			t.Error("the SEND's data did not land (rxe places it before the invalidate fails)")
+		}
+	})
+	t.Run("ordinary region, multi-packet, no AckReq", func(t *testing.T) {
+		v := newVictim(t)
+		first := v.pkt(wire.RCSendFirst, 0x100, 1024)
+		first.BTH.AckReq = false
+		last := inv(v, wire.RCSendLastInv, 0x101, 10, v.rw.RKey())
+		last.BTH.AckReq = false
+		refused(t, v, v.rw.RKey(), first, last)
+	})
+	t.Run("unknown key", func(t *testing.T) {
+		v := newVictim(t)
+		refused(t, v, 0, inv(v, wire.RCSendOnlyInv, 0x100, 8, v.rw.RKey()^0x5A5A))
+	})
+	t.Run("another PD's region", func(t *testing.T) {
+		v := newVictim(t)
+		other, err := v.e.tbl.AllocPD().Register(make([]byte, 64), mr.LocalWrite|mr.RemoteWrite|mr.RemoteInvalidate)
+		must(t, err)
+		refused(t, v, 0, inv(v, wire.RCSendOnlyInv, 0x100, 8, other.RKey()))
+		if _, err := v.e.tbl.Remote(other.PD(), other.RKey(), other.Addr(), 8, mr.RemoteWrite); err != nil {
+			t.Fatalf("the other PD's rkey: %v", err)
+		}
+	})
+	t.Run("invalidatable region", func(t *testing.T) {
+		v := newVictim(t)
+		fr, _ := v.e.reg(t, 64, allAcc|mr.RemoteInvalidate)
+		must(t, v.e.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(v.recv, 0, 8192)}}))
+		expectOne(t, "SEND with Invalidate", v.feed(t, inv(v, wire.RCSendOnlyInv, 0x100, 8, fr.RKey())), 0x1F, 0x100)
+		wcs := make([]WC, 2)
+		if n, _ := v.e.cq.Poll(wcs); n != 1 || wcs[0].Status != WCSuccess || !wcs[0].WithInv || wcs[0].ImmData != fr.RKey() {
+			t.Fatalf("receive WCs %+v", wcs[:n])
+		}
+		if _, err := v.e.tbl.Remote(v.e.pd, fr.RKey(), fr.Addr(), 8, mr.RemoteWrite); err == nil {
+			t.Fatal("rkey still valid after SEND with Invalidate")
+		}
+		// A WRITE with the invalidated key is a remote access error.
+		w := v.pkt(wire.RCWriteOnly, 0x101, 8)
+		w.RETH = wire.RETH{VA: fr.Addr(), RKey: fr.RKey(), DMALen: 8}
+		expectOne(t, "WRITE with the invalidated key", v.feed(t, w), wire.NAKRemoteAccess, 0x101)
+	})
+}

@@ -57,7 +57,7 @@ func TestEveryOperationEveryMTU(t *testing.T) {
 						RemoteAddr: bm.Addr() + size/2, RKey: bm.RKey()}
 					var spare *mr.MR
 					if op == WRSendInv {
-						spare, _ = p.b.reg(t, 64, allAcc)
+						spare, _ = p.b.reg(t, 64, allAcc|mr.RemoteInvalidate)
 						wr.InvRKey = spare.RKey()
 					}
 					if op == WRRDMARead {

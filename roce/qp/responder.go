@@ -13,7 +13,9 @@ import (
 // to the responder classes of IBA 9.9.3: class B (PSN sequence error: NAK,
 // no state change), class C (invalid request, remote access, remote
 // operational error: NAK, receive WQE in error, QP to Error), class D (drop
-// silently), and RNR (no receive WQE: RNR NAK, the requester retries).
+// silently), class J (SEND with Invalidate of an rkey the responder may not
+// withdraw: the receive WQE completes in error, QP to Error, no NAK), and RNR
+// (no receive WQE: RNR NAK, the requester retries).
 
 const (
 	resSlots = 2 * MaxRdAtomicLimit // READ/atomic resources kept for replay
@@ -144,13 +146,14 @@ const (
 	respErrInvalid                     // class C: invalid request NAK
 	respErrAccess                      // class C: remote access error NAK
 	respErrOp                          // class C: remote operational error NAK
+	respErrInvalidate                  // class J: SEND with Invalidate of a key it may not withdraw
 	respDrop                           // class D: drop silently
 	respDone
 )
 
 var respStateNames = [...]string{"CHECK_PSN", "CHECK_OP_SEQ", "CHECK_OP_VALID", "CHECK_RESOURCE",
 	"CHECK_LENGTH", "CHECK_RKEY", "EXECUTE", "ACKNOWLEDGE", "DUPLICATE", "UD", "ERR_PSN", "ERR_RNR",
-	"ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS", "ERR_REMOTE_OP", "DROP", "DONE"}
+	"ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS", "ERR_REMOTE_OP", "ERR_INVALIDATE_RKEY", "DROP", "DONE"}
 
 func (s respState) String() string { return enumName(respStateNames[:], int(s), "respState") }
 
@@ -229,6 +232,19 @@ func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
 			}
 			k.nakPSN = p.BTH.PSN
 			st, act = respDone, respActFail
+		case respErrInvalidate:
+			// Class J (IBA 9.9.3, Base Memory Management Extensions), as
+			// rxe does it: no NAK; the request's data is in the receive
+			// buffer, whose WQE completes with REM_INV_REQ_ERR; the SEND is
+			// acknowledged if it asks to be (the requester's WC is
+			// SUCCESS), the MSN not advanced; then the QP goes to Error.
+			if p.BTH.AckReq {
+				q.queueAck(wire.ACKSyndrome(wire.UnlimitedCredits), p.BTH.PSN)
+				q.e.finalNAK = true
+			}
+			q.completeRecv(WCRemInvReqErr)
+			q.fail()
+			return
 		case respDrop:
 			q.stats.inc(CtrDropped)
 			if q.typ == UC {
@@ -459,6 +475,12 @@ func (q *QP) respExecute(k *respPkt) respState {
 			return respErrOp
 		}
 		r.recvOff += uint64(len(p.Payload))
+		if k.info.Headers&wire.HasIETH != 0 && q.tbl.InvalidateRKey(q.pd, p.IETH) != nil {
+			// Unknown key, another PD's, or a region not registered with
+			// mr.RemoteInvalidate (rxe_invalidate_mr refuses all but
+			// fast-registration regions).
+			return respErrInvalidate
+		}
 		r.epsn = wire.PSNAdd(r.epsn, 1)
 		r.seq = seqSend
 		if last {
@@ -470,7 +492,6 @@ func (q *QP) respExecute(k *respPkt) respState {
 			}
 			if k.info.Headers&wire.HasIETH != 0 {
 				wc.ImmData, wc.WithInv = p.IETH, true
-				q.tbl.InvalidateRKey(q.pd, p.IETH) // a stale key stays refused either way
 			}
 			q.pushRecv(&wc)
 		}
