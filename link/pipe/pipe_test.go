@@ -428,7 +428,7 @@ func TestMixedFaultsSoak(t *testing.T) {
 	if *long {
 		n = 1000000
 	}
-	a, b := newPipe(t, pipe.Config{Seed: 99, Depth: 128, AtoB: pipe.Faults{
+	a, b := newPipe(t, pipe.Config{Seed: 99, Depth: 512, AtoB: pipe.Faults{ // room for a burst of held frames on a slow (-race) run
 		Loss: 0.05, Duplicate: 0.01, Corrupt: 0.001, Reorder: 0.02, Delay: 0.01, DelayFrames: 5, DelayTime: time.Millisecond}})
 	done := make(chan struct{})
 	var got uint64
