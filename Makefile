@@ -5,7 +5,7 @@ BENCHTIME ?= 1x
 PKGS      ?= ./...
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test vet unit interop-test bench-smoke fuzz bench generate generate-check demo interop clean
+.PHONY: all build test vet unit race interop-test bench-smoke fuzz bench generate generate-check demo interop clean
 
 all: build
 
@@ -21,13 +21,18 @@ vet:
 # the interop suite on its own (its QEMU guest needs a core: running it beside the other
 # packages starves their timers), every benchmark once as a smoke run, then every fuzz
 # target for $(FUZZTIME).
-test: vet generate-check unit interop-test bench-smoke fuzz
+test: vet generate-check unit race interop-test bench-smoke fuzz
 	@echo "make test: all stages passed"
 
 UNIT_PKGS = $$($(GO) list $(PKGS) | grep -v '/interop$$')
 
 unit:
 	$(GO) test -count=1 -timeout 20m $(UNIT_PKGS)
+
+# Every package's unprivileged tests under the race detector (it needs cgo: this run alone
+# uses CGO_ENABLED=1; the product stays cgo-free).
+race:
+	./scripts/race.sh
 
 interop-test:
 	$(GO) test -count=1 -timeout 25m ./interop
