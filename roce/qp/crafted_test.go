@@ -2,6 +2,8 @@ package qp
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/xdproce/xdproce/roce/mr"
@@ -17,8 +19,9 @@ type victim struct {
 	now    int64
 }
 
-func newVictim(t *testing.T) *victim {
-	o := defaultOpts()
+func newVictim(t *testing.T) *victim { return newVictimOpts(t, defaultOpts()) }
+
+func newVictimOpts(t *testing.T, o pairOpts) *victim {
 	o.noConnect = true
 	p := newPair(t, o)
 	connect(t, p.b, p.a, o, 0x500, 0x100)
@@ -255,4 +258,115 @@ func TestCraftedSendWithInvalidate(t *testing.T) {
 		w.RETH = wire.RETH{VA: fr.Addr(), RKey: fr.RKey(), DMALen: 8}
 		expectOne(t, "WRITE with the invalidated key", v.feed(t, w), wire.NAKRemoteAccess, 0x101)
 	})
+}
+
+// TestCraftedTooManyReadAtomic: a peer that ignores its max_rd_atomic sends
+// more READ/atomic requests than the responder's max_dest_rd_atomic before
+// any response can leave. The responder answers the first max_dest_rd_atomic
+// in order, then NAKs the first excess request as an invalid request (IBA
+// class C; rxe's ERR_TOO_MANY_RDMA_ATM_REQ) and goes to Error; nothing after
+// it is executed.
+func TestCraftedTooManyReadAtomic(t *testing.T) {
+	for _, dest := range []uint8{1, 4, 16} {
+		for _, atomic := range []bool{false, true} {
+			name := fmt.Sprintf("max_dest_rd_atomic=%d/atomic=%v", dest, atomic)
+			t.Run(name, func(t *testing.T) {
+				o := defaultOpts()
+				o.destRdAtom = dest
+				v := newVictimOpts(t, o)
+				ctr := v.rw.Bytes()[64:72]
+				clear(ctr)
+				const burst = 40
+				for i := range uint32(burst) {
+					p := v.pkt(wire.RCReadRequest, 0x100+i, 0)
+					p.RETH = wire.RETH{VA: v.rw.Addr() + uint64(i), RKey: v.rw.RKey(), DMALen: 16}
+					if atomic {
+						p.BTH.Opcode = wire.RCFetchAdd
+						p.Atomic = wire.AtomicETH{VA: v.rw.Addr() + 64, RKey: v.rw.RKey(), SwapAdd: 1}
+					}
+					v.now += 1000
+					v.e.q.Receive(p, v.now, v.e.out) // the whole burst before any Progress
+				}
+				var got []wire.Packet
+				for range 3 {
+					got = append(got, v.feedNone(t)...)
+				}
+				if len(got) != int(dest)+1 {
+					t.Fatalf("sent %d packets %v, want %d responses and a NAK", len(got), summary(got), dest)
+				}
+				for i, p := range got[:dest] {
+					want := wire.RCReadResponseOnly
+					if atomic {
+						want = wire.RCAtomicAck
+					}
+					if p.BTH.Opcode != want || p.BTH.PSN != 0x100+uint32(i) {
+						t.Fatalf("packet %d: %v PSN %#x, want %v PSN %#x", i, p.BTH.Opcode, p.BTH.PSN, want, 0x100+i)
+					}
+					if atomic && p.AtomicAck.Orig != uint64(i) {
+						t.Fatalf("atomic ACK %d: orig %d, want %d", i, p.AtomicAck.Orig, i)
+					}
+				}
+				nak := got[dest]
+				if nak.BTH.Opcode != wire.RCAck || nak.AETH.Syndrome != wire.NAKInvalidRequest || nak.BTH.PSN != 0x100+uint32(dest) {
+					t.Fatalf("last packet %v PSN %#x, want a NAK invalid request at PSN %#x", summary(got[dest:]), nak.BTH.PSN, 0x100+uint32(dest))
+				}
+				if atomic && binary.NativeEndian.Uint64(ctr) != uint64(dest) {
+					t.Fatalf("counter %d after the burst, want %d (only the requests answered execute)", binary.NativeEndian.Uint64(ctr), dest)
+				}
+				if v.e.q.State() != Error {
+					t.Fatalf("state %v, want ERR", v.e.q.State())
+				}
+				if n := v.e.q.Stats().Get(CtrErrNAKsSent); n != 1 {
+					t.Fatalf("%d error NAKs counted, want 1", n)
+				}
+			})
+		}
+	}
+	t.Run("honest requester at the limit", func(t *testing.T) {
+		// max_dest_rd_atomic requests at once, then one more after each
+		// response: never refused, even with a stale replay of the oldest
+		// one queued when the next request arrives.
+		o := defaultOpts()
+		o.destRdAtom = 2
+		v := newVictimOpts(t, o)
+		read := func(psn uint32) *wire.Packet {
+			p := v.pkt(wire.RCReadRequest, psn, 0)
+			p.RETH = wire.RETH{VA: v.rw.Addr(), RKey: v.rw.RKey(), DMALen: 16}
+			return p
+		}
+		v.e.q.Receive(read(0x100), v.now, v.e.out)
+		v.e.q.Receive(read(0x101), v.now, v.e.out)
+		if got := v.feedNone(t); len(got) != 2 {
+			t.Fatalf("sent %v, want 2 READ responses", summary(got))
+		}
+		for psn := uint32(0x102); psn < 0x110; psn++ {
+			// The requester completed psn-2 and sends psn; a late
+			// duplicate of psn-2 arrives just before it.
+			v.e.q.Receive(read(psn-2), v.now, v.e.out)
+			v.e.q.Receive(read(psn), v.now, v.e.out)
+			got := v.feedNone(t)
+			if len(got) == 0 || got[len(got)-1].BTH.PSN != psn || got[len(got)-1].BTH.Opcode != wire.RCReadResponseOnly {
+				t.Fatalf("PSN %#x: sent %v", psn, summary(got))
+			}
+		}
+		if v.e.q.State() != RTS {
+			t.Fatalf("state %v, want RTS", v.e.q.State())
+		}
+	})
+}
+
+// feedNone runs Progress once and returns the decoded frames the victim sent.
+func (v *victim) feedNone(t *testing.T) []wire.Packet {
+	t.Helper()
+	v.now += 1000
+	v.e.q.Progress(v.now, v.e.out)
+	var out []wire.Packet
+	for _, f := range v.e.out.committed {
+		var d wire.Packet
+		must(t, d.Decode(f))
+		out = append(out, d)
+	}
+	v.e.out.committed = v.e.out.committed[:0]
+	v.e.out.free = len(v.e.out.pool)
+	return out
 }

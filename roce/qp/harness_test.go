@@ -85,6 +85,7 @@ type pairOpts struct {
 	rnrRetry    uint8
 	minRNR      uint8
 	rdAtomic    uint8
+	destRdAtom  uint8 // max_dest_rd_atomic; 0: 16
 	maxWR       int
 	window      int
 	cqDepth     int
@@ -92,6 +93,13 @@ type pairOpts struct {
 	f           faults
 	maxInline   int
 	recvAccessB *mr.Access
+}
+
+func (o pairOpts) maxDestRdAtomic() uint8 {
+	if o.destRdAtom == 0 {
+		return 16
+	}
+	return o.destRdAtom
 }
 
 func defaultOpts() pairOpts {
@@ -154,7 +162,7 @@ func connect(tb testing.TB, e, peer *end, o pairOpts, sqPSN, rqPSN uint32) {
 		return
 	}
 	must(tb, q.Modify(&Attr{State: RTR, AV: avOf(e, peer), PathMTU: o.mtu, DestQPN: peer.q.QPN(), RQPSN: rqPSN,
-		MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR},
+		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR},
 		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
 	must(tb, q.Modify(&Attr{State: RTS, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
 		MaxRdAtomic: o.rdAtomic}, AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxRdAtomic))

@@ -18,8 +18,8 @@ import (
 // (no receive WQE: RNR NAK, the requester retries).
 
 const (
-	resSlots = 2 * MaxRdAtomicLimit // READ/atomic resources kept for replay
-	ackEvery = 64                   // ACK at least every this many packets without AckReq
+	resSlots = MaxRdAtomicLimit // READ/atomic resources: max_dest_rd_atomic of them are used
+	ackEvery = 64               // ACK at least every this many packets without AckReq
 )
 
 type seqKind uint8
@@ -54,6 +54,7 @@ type resource struct {
 	txPSN  uint32
 	txOff  uint64
 	queued bool
+	sent   bool // the response went out whole at least once
 }
 
 type pendingAck struct {
@@ -77,11 +78,17 @@ type responder struct {
 	unacked uint32
 	ack     pendingAck
 
+	// The last max_dest_rd_atomic READ/atomic requests, a ring.
 	res     []resource
 	resNext int
-	txq     [resSlots]uint8 // resources waiting to transmit, FIFO
-	txHead  int
-	txN     int
+	// tooMany: a request arrived beyond max_dest_rd_atomic (at PSN
+	// tooManyPSN); requests are dropped until the responses queued before
+	// it are out, then the QP fails with a NAK (class C).
+	tooMany    bool
+	tooManyPSN uint32
+	txq        [resSlots]uint8 // resources waiting to transmit, FIFO
+	txHead     int
+	txN        int
 }
 
 func (r *responder) reset(rqMark uint32) {
@@ -147,13 +154,14 @@ const (
 	respErrAccess                      // class C: remote access error NAK
 	respErrOp                          // class C: remote operational error NAK
 	respErrInvalidate                  // class J: SEND with Invalidate of a key it may not withdraw
+	respErrTooMany                     // class C: more READ/atomic requests than max_dest_rd_atomic
 	respDrop                           // class D: drop silently
 	respDone
 )
 
 var respStateNames = [...]string{"CHECK_PSN", "CHECK_OP_SEQ", "CHECK_OP_VALID", "CHECK_RESOURCE",
 	"CHECK_LENGTH", "CHECK_RKEY", "EXECUTE", "ACKNOWLEDGE", "DUPLICATE", "UD", "ERR_PSN", "ERR_RNR",
-	"ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS", "ERR_REMOTE_OP", "ERR_INVALIDATE_RKEY", "DROP", "DONE"}
+	"ERR_INVALID_REQUEST", "ERR_REMOTE_ACCESS", "ERR_REMOTE_OP", "ERR_INVALIDATE_RKEY", "ERR_TOO_MANY_RDMA_ATM_REQ", "DROP", "DONE"}
 
 func (s respState) String() string { return enumName(respStateNames[:], int(s), "respState") }
 
@@ -177,6 +185,10 @@ type respPkt struct {
 }
 
 func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
+	if q.resp.tooMany {
+		q.stats.inc(CtrDropped) // the QP fails once the responses before it are out
+		return
+	}
 	k := respPkt{p: p, info: info}
 	st := respCheckPSN
 	if q.typ == UD {
@@ -245,6 +257,15 @@ func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
 			q.completeRecv(WCRemInvReqErr)
 			q.fail()
 			return
+		case respErrTooMany:
+			// IBA class C (invalid request: too many RDMA READ or ATOMIC
+			// requests; rxe's ERR_TOO_MANY_RDMA_ATM_REQ: NAK Invalid
+			// Request, QP to Error). The responses queued before this
+			// request go out first, as they would have from a responder
+			// that answers each request before the next; respProgress
+			// then sends the NAK and fails the QP.
+			q.resp.tooMany, q.resp.tooManyPSN = true, p.BTH.PSN
+			st = respDone
 		case respDrop:
 			q.stats.inc(CtrDropped)
 			if q.typ == UC {
@@ -379,11 +400,31 @@ func (q *QP) respCheckResource(k *respPkt) respState {
 			return respErrRNR
 		}
 	case wire.KindReadRequest, wire.KindCompareSwap, wire.KindFetchAdd:
-		if q.e.attr.MaxDestRdAtomic == 0 {
-			return respErrInvalid
+		n := min(int(q.e.attr.MaxDestRdAtomic), resSlots)
+		if n == 0 {
+			return respErrInvalid // rxe: class C, as for too many
 		}
-		if r.res[r.resNext].queued {
-			return respDrop // more outstanding than any honest requester may have
+		if r.resNext >= n {
+			r.resNext = 0 // max_dest_rd_atomic changed
+		}
+		// The ring holds the last n requests. A requester that keeps to
+		// n outstanding (max_rd_atomic <= our max_dest_rd_atomic) has
+		// completed the oldest of them before it sends another (READs and
+		// atomics complete in order), so the slot is free: if its
+		// response has not gone out yet, the requester exceeds
+		// max_dest_rd_atomic, an invalid request of class C (IBA 9.9.3;
+		// rxe names the case ERR_TOO_MANY_RDMA_ATM_REQ and NAKs it as
+		// invalid, but meets it only when max_dest_rd_atomic is 0). A
+		// replay queued for a duplicate of that oldest request is stale:
+		// drop it. rxe, which sends a READ's responses before it looks at
+		// the next request, never finds the slot busy and recycles it: it
+		// answers excess requests and keeps no replay state for the
+		// overwritten ones.
+		if x := &r.res[r.resNext]; x.queued {
+			if !x.sent {
+				return respErrTooMany
+			}
+			r.dequeue(r.resNext)
 		}
 	}
 	return respCheckLength
@@ -522,7 +563,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 	case wire.KindReadRequest:
 		n := npkts(uint64(p.RETH.DMALen), q.e.pmtu)
 		r.msn = (r.msn + 1) & wire.PSNMask
-		i := r.newResource(resRead, p.BTH.PSN, wire.PSNAdd(p.BTH.PSN, n-1))
+		i := r.newResource(min(int(q.e.attr.MaxDestRdAtomic), resSlots), resRead, p.BTH.PSN, wire.PSNAdd(p.BTH.PSN, n-1))
 		x := &r.res[i]
 		x.va, x.rkey, x.length, x.txPSN, x.txOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), p.BTH.PSN, 0
 		r.enqueue(i)
@@ -543,7 +584,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 		}
 		binary.NativeEndian.PutUint64(b, v)
 		r.msn = (r.msn + 1) & wire.PSNMask
-		i := r.newResource(resAtomic, p.BTH.PSN, p.BTH.PSN)
+		i := r.newResource(min(int(q.e.attr.MaxDestRdAtomic), resSlots), resAtomic, p.BTH.PSN, p.BTH.PSN)
 		r.res[i].orig = orig
 		r.enqueue(i)
 		r.epsn = wire.PSNAdd(r.epsn, 1)
@@ -552,9 +593,10 @@ func (q *QP) respExecute(k *respPkt) respState {
 	return respAcknowledge
 }
 
-func (r *responder) newResource(kind resKind, first, last uint32) int {
+// newResource takes the ring's next slot (respCheckResource found it free).
+func (r *responder) newResource(n int, kind resKind, first, last uint32) int {
 	i := r.resNext
-	r.resNext = (r.resNext + 1) % resSlots
+	r.resNext = (r.resNext + 1) % n
 	r.res[i] = resource{kind: kind, firstPSN: first, lastPSN: last, msn: r.msn}
 	return i
 }
@@ -748,9 +790,19 @@ func (q *QP) respProgress(out Output) bool {
 				}
 			}
 		}
-		x.queued = false
+		x.queued, x.sent = false, true
 		r.txHead = (r.txHead + 1) % resSlots
 		r.txN--
+	}
+	if r.tooMany {
+		q.stats.inc(CtrErrNAKsSent)
+		q.queueAck(wire.NAKInvalidRequest, r.tooManyPSN)
+		q.e.finalNAK = true
+		q.fail()
+		if q.sendAck(out) {
+			q.e.finalNAK = false
+		}
+		return true
 	}
 	if r.ack.want {
 		return q.sendAck(out)
