@@ -42,7 +42,13 @@
 // (once per hole, not once per packet past it). As in rxe, a sequence NAK
 // spends retry_cnt only when it starts a retry sequence, so duplicated or
 // reordered NAKs cost nothing; progress restores retry_cnt. The responder
-// answers requests, repeated ones included, in the order they arrive.
+// answers requests, repeated ones included, in the order they arrive. It
+// keeps the last max_dest_rd_atomic READ/atomic requests for replay; a new
+// one that finds the oldest's response not yet sent comes from a requester
+// beyond max_dest_rd_atomic and is NAKed as an invalid request (QP to
+// Error). A SEND with Invalidate may withdraw only the rkey of a region
+// registered with mr.RemoteInvalidate; any other fails the receive WQE with
+// IBV_WC_REM_INV_REQ_ERR and the QP, as in rxe.
 // Two additions keep lossy paths usable without changing the wire: the send
 // window starts at 128 PSNs and doubles per round trip, halves on loss (not
 // below the path's estimated bandwidth-delay product, 12 to 32 PSNs) and
