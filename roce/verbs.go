@@ -27,12 +27,15 @@ type (
 	QPType        = qp.Type
 )
 
-// Access flags (ibverbs values).
+// Access flags (ibverbs values, and RemoteInvalidate: xdproce's stand-in for
+// the fast-registration regions of ibv_alloc_mr, the only regions whose rkey a
+// peer's SEND_WITH_INVALIDATE may withdraw).
 const (
-	LocalWrite   = mr.LocalWrite
-	RemoteWrite  = mr.RemoteWrite
-	RemoteRead   = mr.RemoteRead
-	RemoteAtomic = mr.RemoteAtomic
+	LocalWrite       = mr.LocalWrite
+	RemoteWrite      = mr.RemoteWrite
+	RemoteRead       = mr.RemoteRead
+	RemoteAtomic     = mr.RemoteAtomic
+	RemoteInvalidate = mr.RemoteInvalidate
 )
 
 // Queue pair types.
