@@ -8,9 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/internal/bufpool"
 )
 
 // Defaults for the zero values of Config.
@@ -108,7 +108,7 @@ type Link struct {
 	props  link.Props
 	tx     *direction // frames this end sends
 	rx     *direction // frames this end receives
-	pool   txPool
+	pool   bufpool.Pool
 	notify chan struct{} // data arrived or Wake; capacity 1
 	done   chan struct{} // closed by Close
 	closed atomic.Bool
@@ -167,7 +167,7 @@ func newEnd(cfg Config, maxFrame int, mac byte) *Link {
 		timer:  time.NewTimer(time.Hour),
 	}
 	l.timer.Stop()
-	l.pool.init(cfg.TxBuffers, maxFrame)
+	l.pool.Init(cfg.TxBuffers, maxFrame)
 	return l
 }
 
@@ -205,14 +205,14 @@ func (l *Link) Alloc(bufs [][]byte) int {
 	if l.closed.Load() {
 		return 0
 	}
-	return l.pool.alloc(bufs)
+	return l.pool.Alloc(bufs)
 }
 
 // Free hands back unsent buffers from Alloc. Slices that are not
 // outstanding buffers of this link are ignored.
 func (l *Link) Free(bufs [][]byte) {
 	for _, b := range bufs {
-		l.pool.put(b)
+		l.pool.Put(b)
 	}
 }
 
@@ -224,7 +224,7 @@ func (l *Link) Free(bufs [][]byte) {
 func (l *Link) Send(frames [][]byte) error {
 	if l.closed.Load() {
 		for _, f := range frames {
-			l.pool.put(f)
+			l.pool.Put(f)
 		}
 		return link.ErrClosed
 	}
@@ -234,7 +234,7 @@ func (l *Link) Send(frames [][]byte) error {
 	now := nowNS()
 	delivered := false
 	for _, f := range frames {
-		if !l.pool.put(f) {
+		if !l.pool.Put(f) {
 			err = errForeign
 			continue
 		}
@@ -504,57 +504,4 @@ func (d *direction) pending(now int64) (bool, int64) {
 		}
 	}
 	return d.nready > 0, next
-}
-
-// txPool is the set of transmit buffers of one end, carved from one array so
-// that a buffer is recognised by its address. Only the goroutine owning the
-// end uses it.
-type txPool struct {
-	back  []byte
-	size  int
-	base  uintptr
-	free  []int32
-	taken []bool
-}
-
-func (p *txPool) init(n, size int) {
-	p.back = make([]byte, n*size)
-	p.size = size
-	p.base = uintptr(unsafe.Pointer(unsafe.SliceData(p.back)))
-	p.free = make([]int32, n)
-	p.taken = make([]bool, n)
-	for i := range n {
-		p.free[i] = int32(n - 1 - i)
-	}
-}
-
-func (p *txPool) alloc(bufs [][]byte) int {
-	n := min(len(bufs), len(p.free))
-	for i := range n {
-		s := p.free[len(p.free)-1]
-		p.free = p.free[:len(p.free)-1]
-		p.taken[s] = true
-		off := int(s) * p.size
-		bufs[i] = p.back[off : off+p.size : off+p.size]
-	}
-	return n
-}
-
-// put returns b to the pool and reports whether it was an outstanding buffer
-// of this pool. Its bytes stay readable until the next alloc.
-func (p *txPool) put(b []byte) bool {
-	if cap(b) == 0 {
-		return false
-	}
-	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - p.base
-	if off >= uintptr(len(p.back)) || off%uintptr(p.size) != 0 {
-		return false
-	}
-	i := off / uintptr(p.size)
-	if !p.taken[i] {
-		return false
-	}
-	p.taken[i] = false
-	p.free = append(p.free, int32(i))
-	return true
 }

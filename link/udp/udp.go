@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/internal/bufpool"
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
@@ -107,7 +108,7 @@ type Link struct {
 	rxMax   int // payload bytes a slot takes
 
 	// Transmit side.
-	pool    txPool
+	pool    bufpool.Pool
 	txHdrs  []mmsghdr
 	txIov   []unix.Iovec
 	txNames []unix.RawSockaddrInet6 // AF_INET sockets use the first 16 bytes as sockaddr_in
@@ -337,7 +338,7 @@ func (l *Link) initBuffers(cfg Config) {
 		h.SetIovlen(1)
 		h.Control = &l.rxCtl[i*cmsgRoom]
 	}
-	l.pool.init(cfg.TxBuffers, l.props.MaxFrame)
+	l.pool.Init(cfg.TxBuffers, l.props.MaxFrame)
 	l.txHdrs = make([]mmsghdr, n)
 	l.txIov = make([]unix.Iovec, n)
 	l.txNames = make([]unix.RawSockaddrInet6, n)
@@ -393,13 +394,13 @@ func (l *Link) Alloc(bufs [][]byte) int {
 	if l.closed.Load() {
 		return 0
 	}
-	return l.pool.alloc(bufs)
+	return l.pool.Alloc(bufs)
 }
 
 // Free hands back unsent buffers from Alloc; other slices are ignored.
 func (l *Link) Free(bufs [][]byte) {
 	for _, b := range bufs {
-		l.pool.put(b)
+		l.pool.Put(b)
 	}
 }
 
@@ -415,14 +416,14 @@ func (l *Link) Send(frames [][]byte) error {
 	defer l.mu.RUnlock()
 	if l.closed.Load() {
 		for _, f := range frames {
-			l.pool.put(f)
+			l.pool.Put(f)
 		}
 		return link.ErrClosed
 	}
 	var err error
 	k := 0
 	for _, f := range frames {
-		if !l.pool.put(f) {
+		if !l.pool.Put(f) {
 			l.txStats.invalid.Add(1)
 			err = errForeign
 			continue
@@ -829,56 +830,4 @@ func (l *Link) closeFDs() error {
 		l.efd = -1
 	}
 	return err
-}
-
-// txPool is the set of transmit buffers, carved from one array so that a
-// buffer is recognised by its address. Only the owning goroutine uses it.
-type txPool struct {
-	back  []byte
-	size  int
-	base  uintptr
-	free  []int32
-	taken []bool
-}
-
-func (p *txPool) init(n, size int) {
-	p.back = make([]byte, n*size)
-	p.size = size
-	p.base = uintptr(unsafe.Pointer(unsafe.SliceData(p.back)))
-	p.free = make([]int32, n)
-	p.taken = make([]bool, n)
-	for i := range n {
-		p.free[i] = int32(n - 1 - i)
-	}
-}
-
-func (p *txPool) alloc(bufs [][]byte) int {
-	n := min(len(bufs), len(p.free))
-	for i := range n {
-		s := p.free[len(p.free)-1]
-		p.free = p.free[:len(p.free)-1]
-		p.taken[s] = true
-		off := int(s) * p.size
-		bufs[i] = p.back[off : off+p.size : off+p.size]
-	}
-	return n
-}
-
-// put returns b to the pool and reports whether it was outstanding. Its
-// bytes stay as they are until the next alloc.
-func (p *txPool) put(b []byte) bool {
-	if cap(b) == 0 {
-		return false
-	}
-	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - p.base
-	if off >= uintptr(len(p.back)) || off%uintptr(p.size) != 0 {
-		return false
-	}
-	i := off / uintptr(p.size)
-	if !p.taken[i] {
-		return false
-	}
-	p.taken[i] = false
-	p.free = append(p.free, int32(i))
-	return true
 }

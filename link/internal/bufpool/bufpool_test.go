@@ -1,0 +1,29 @@
+package bufpool
+
+import "testing"
+
+func TestPool(t *testing.T) {
+	var p Pool
+	p.Init(4, 64)
+	bufs := make([][]byte, 8)
+	if n := p.Alloc(bufs); n != 4 || p.Free() != 0 {
+		t.Fatalf("Alloc = %d, free %d; want 4, 0", n, p.Free())
+	}
+	for _, b := range bufs[:4] {
+		if len(b) != 64 || cap(b) != 64 {
+			t.Fatalf("buffer len %d cap %d, want 64", len(b), cap(b))
+		}
+	}
+	if !p.Put(bufs[2][:10]) || p.Put(bufs[2]) {
+		t.Fatal("Put of an outstanding buffer must succeed once, then fail")
+	}
+	if p.Put(make([]byte, 64)) || p.Put(bufs[1][1:]) || p.Put(nil) {
+		t.Fatal("Put accepted a foreign, misaligned or nil buffer")
+	}
+	if n := p.Alloc(bufs[:1]); n != 1 || &bufs[0][0] != &bufs[2][0] {
+		t.Fatalf("Alloc after Put = %d, not the returned buffer", n)
+	}
+	if a := testing.AllocsPerRun(100, func() { p.Alloc(bufs[:1]); p.Put(bufs[0]) }); a != 0 {
+		t.Fatalf("Alloc/Put allocate %v times", a)
+	}
+}
