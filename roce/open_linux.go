@@ -51,7 +51,7 @@ func Open(ifname string, opts *Options) (*Device, error) {
 		reason = "AF_XDP requested"
 		l, cleanup, err = openXSK(info, &o)
 	case LinkAuto:
-		if ok, why := privileged(); !ok {
+		if ok, why := Privileged(); !ok {
 			reason = "AF_XDP not tried: " + why
 		} else {
 			l, cleanup, err = openXSK(info, &o)
@@ -117,9 +117,10 @@ const (
 	capBPF      = 39
 )
 
-// privileged reports whether the process has the effective capabilities the
-// AF_XDP path needs, and if not which are missing.
-func privileged() (bool, string) {
+// Privileged reports whether the process has the effective capabilities the
+// AF_XDP path needs (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF), and if not which are
+// missing ("missing CAP_BPF, ...").
+func Privileged() (bool, string) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return os.Geteuid() == 0, "cannot read capabilities: " + err.Error()

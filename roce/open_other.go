@@ -12,3 +12,6 @@ import (
 func Open(ifname string, opts *Options) (*Device, error) {
 	return nil, fmt.Errorf("roce: open %s: %w", ifname, link.ErrNotSupported)
 }
+
+// Privileged reports false: AF_XDP is Linux only.
+func Privileged() (bool, string) { return false, "AF_XDP needs Linux" }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -259,36 +256,11 @@ func probeAFXDPSocket() (bool, string) {
 // capabilities reports whether the process has the capabilities AF_XDP
 // needs, and if not which it lacks (with the fix).
 func capabilities() (bool, string) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return os.Geteuid() == 0, "cannot read capabilities"
+	ok, why := roce.Privileged()
+	if !ok && strings.HasPrefix(why, "missing ") {
+		why += "; " + permissionHint
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "CapEff:")
-		if !ok {
-			continue
-		}
-		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		if err != nil {
-			break
-		}
-		var missing []string
-		for _, c := range []struct {
-			bit  uint
-			name string
-		}{{12, "CAP_NET_ADMIN"}, {13, "CAP_NET_RAW"}, {39, "CAP_BPF"}} {
-			if caps&(1<<c.bit) == 0 {
-				missing = append(missing, c.name)
-			}
-		}
-		if len(missing) > 0 {
-			return false, "missing " + strings.Join(missing, ", ") + "; " + permissionHint
-		}
-		return true, ""
-	}
-	return os.Geteuid() == 0, "cannot read capabilities"
+	return ok, why
 }
 
 func printInfo(w io.Writer, rep *infoReport) {
