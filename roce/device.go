@@ -1,6 +1,7 @@
 package roce
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -92,7 +93,20 @@ type Options struct {
 	// 0 (the default) sleeps in the link's Wait as soon as there is nothing
 	// to do.
 	BusyPoll time.Duration
+	// MaxQPs limits the queue pairs the device holds at once (default
+	// DefaultMaxQPs, rxe's max_qp); CreateQP beyond it fails with ErrLimit.
+	MaxQPs int
+	// MaxMRs limits the memory regions registered at once (default
+	// mr.DefaultMaxMRs); RegMR beyond it fails with ErrLimit.
+	MaxMRs int
 }
+
+// DefaultMaxQPs is the default of Options.MaxQPs (rxe's max_qp).
+const DefaultMaxQPs = 1 << 16
+
+// ErrLimit is returned (wrapped) when a device limit (Options.MaxQPs,
+// Options.MaxMRs) is reached.
+var ErrLimit = mr.ErrLimit
 
 // Stats counts what the progress engine did. All counters only grow.
 type Stats struct {
@@ -250,7 +264,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		l:       l,
 		props:   props,
 		opts:    o,
-		tbl:     mr.NewTable(),
+		tbl:     mr.NewTable(mr.WithMaxMRs(cmp.Or(o.MaxMRs, mr.DefaultMaxMRs))),
 		epoch:   time.Now(),
 		qps:     make(map[uint32]*qpEntry),
 		nextQPN: firstQPN,
@@ -371,7 +385,11 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 		if d.qps[n] != nil {
 			return nil, fmt.Errorf("roce: create qp: QPN %#x is in use", n)
 		}
-	} else {
+	}
+	if lim := cmp.Or(d.opts.MaxQPs, DefaultMaxQPs); len(d.qps) >= lim {
+		return nil, fmt.Errorf("roce: create qp: %d queue pairs (Options.MaxQPs): %w", lim, ErrLimit)
+	}
+	if n == 0 {
 		if len(d.qps) >= 1<<24-firstQPN-1 {
 			return nil, errors.New("roce: create qp: out of QPNs")
 		}

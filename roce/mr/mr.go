@@ -66,7 +66,7 @@ var (
 	ErrOutOfBounds = errors.New("mr: access out of bounds")
 	ErrAccess      = errors.New("mr: access not permitted")
 	ErrPDMismatch  = errors.New("mr: protection domain mismatch")
-	ErrLimit       = errors.New("mr: limit reached")
+	ErrLimit       = errors.New("limit reached") // shared with roce.ErrLimit (QPs too), so no "mr:" prefix
 	ErrBusy        = errors.New("mr: protection domain in use")
 	ErrDeallocated = errors.New("mr: already released")
 )
