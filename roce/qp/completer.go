@@ -28,10 +28,11 @@ type completer struct {
 	// acknowledged) up to ssthresh, as TCP's slow start; on a loss (a PSN
 	// sequence NAK, a lost response) it halves, at most once per window's
 	// worth of packets and not below floor(), then grows by one PSN per
-	// window of acknowledged PSNs. When a timer finds the loss (the local
-	// ACK timer or the fast retransmission: everything in flight was lost,
-	// the NAK too), it restarts from floor() and slow-starts to half the
-	// window before the loss. Without loss it reaches its maximum.
+	// window of acknowledged PSNs; a fast retransmission halves it the
+	// same way (and is undone if it proves spurious). When the local ACK
+	// timer finds the loss (everything in flight was lost, the NAK too),
+	// it restarts from floor() and slow-starts to half the window before
+	// the loss. Without loss it reaches its maximum.
 	cwnd       uint32
 	cwndAcc    uint32 // acknowledged PSNs towards the next increase
 	ssthresh   uint32 // slow start below this window
@@ -51,8 +52,26 @@ type completer struct {
 	sampPSN      uint32 // its packet
 	sampAt       int64
 	fastPSN      uint32 // the last packet sent with AckReq
+	fastSentAt   int64  // when it was sent
 	fastDeadline int64  // its ACK is overdue at this time (0: off)
 	fastTries    uint8  // fast retransmissions since the last progress
+
+	// Spurious fast retransmission (as TCP's Eifel, RFC 3522, without
+	// timestamps): an ACK past the overdue packet that comes back sooner
+	// than the path's minimum round trip after the resend, or before the
+	// resend (held back by the halved window) sent that packet again,
+	// answers the original transmission, so nothing was lost; the
+	// window before the resend is restored and the ACK's round trip, late
+	// as it was, is sampled so that the timeout grows.
+	undo           bool   // a fast retransmission may yet prove spurious
+	undoAt         int64  // when it resent
+	undoPSN        uint32 // the overdue packet
+	undoSentAt     int64  // when that packet was first sent
+	undoCwnd       uint32 // the window state before it
+	undoSsthresh   uint32
+	undoRecovering bool
+	undoRecoverPSN uint32
+	reqPSN         uint32 // the requester's next PSN when the packet arrived
 }
 
 const (
@@ -73,13 +92,29 @@ func (c *completer) sentAckReq(q *QP, psn uint32, resent bool) {
 		c.sampling, c.sampPSN, c.sampAt = true, psn, now
 		c.sampleResent = false
 	}
-	c.fastPSN = psn
+	c.fastPSN, c.fastSentAt = psn, now
 	c.fastDeadline = 0
 	if c.srtt != 0 && c.fastTries < fastMaxTries {
 		rto := c.rto()
 		if t := timeoutNs(q.e.attr.Timeout); t == 0 || rto < t {
 			c.fastDeadline = now + rto
 		}
+	}
+}
+
+// spurious undoes a fast retransmission that an ACK for the original
+// transmission proved needless: the window goes back to what it was, and
+// the late round trip is sampled with the variation raised to a quarter of
+// it, so that the next timeout waits at least that long (RFC 4015's
+// response, roughly) and the variation decays over the following samples.
+func (c *completer) spurious(q *QP) {
+	q.stats.inc(CtrSpuriousFastRetransmits)
+	r := q.e.now - c.undoSentAt
+	c.rttSample(r)
+	c.rttvar = max(c.rttvar, r/4)
+	if !q.fixedWin {
+		c.cwnd, c.ssthresh = max(c.cwnd, c.undoCwnd), c.undoSsthresh
+		c.recovering, c.recoverPSN = c.undoRecovering, c.undoRecoverPSN
 	}
 }
 
@@ -130,9 +165,9 @@ func (c *completer) floor(q *QP) uint32 {
 	return min(f, q.window)
 }
 
-// lossEvent shrinks the send window (multiplicative decrease). severe (a
-// timer fired: the path lost everything in flight) restarts from the floor
-// and grows back quickly to half the old window (slow start).
+// lossEvent shrinks the send window (multiplicative decrease). severe (the
+// local ACK timer fired: the path lost everything in flight) restarts from
+// the floor and grows back quickly to half the old window (slow start).
 func (c *completer) lossEvent(q *QP, severe bool) {
 	if q.fixedWin {
 		return
@@ -214,6 +249,7 @@ type compPkt struct {
 
 func (q *QP) complete(p *wire.Packet, info *wire.OpInfo) {
 	k := compPkt{p: p, info: info, ackBefore: q.comp.ackPSN}
+	q.comp.reqPSN = q.req.psn
 	st := compCheckPSN
 	for st != compDone {
 		var act compAction
@@ -531,6 +567,7 @@ func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 		c.retries--
 	}
 	c.retrying = true
+	c.undo = false // a loss the NAK reports: the resend stands
 	// The resend starts now; an ACK overdue from before it must not start
 	// another one (the resent AckReq packets arm the fast timer again).
 	c.fastDeadline = 0
@@ -556,6 +593,7 @@ func (q *QP) compRNR(k *compPkt) (compState, compAction) {
 	k.retry = k.p.BTH.PSN
 	c.deadline = 0
 	c.fastDeadline = 0
+	c.undo = false
 	return compDone, compActRewind
 }
 
@@ -571,6 +609,14 @@ func (c *completer) progress(q *QP, before uint32) {
 	if c.sampling && wire.PSNBefore(c.sampPSN, c.ackPSN) {
 		c.rttSample(q.e.now - c.sampAt)
 		c.sampling = false
+	}
+	if c.undo && wire.PSNBefore(c.undoPSN, c.ackPSN) {
+		c.undo = false
+		// Answered by the original transmission: sooner than a resend
+		// could have made the round trip, or before the resend reached it.
+		if q.e.now-c.undoAt < c.minRTT || !wire.PSNBefore(c.undoPSN, c.reqPSN) {
+			c.spurious(q)
+		}
 	}
 	c.fastTries = 0
 	if wire.PSNBefore(c.fastPSN, c.ackPSN) {
@@ -611,7 +657,12 @@ func (q *QP) timers() {
 		if q.outstanding() && q.req.rnrUntil == 0 {
 			c.fastTries++
 			q.stats.inc(CtrFastRetransmits)
-			c.lossEvent(q, true)
+			if !c.undo && c.minRTT > 0 {
+				c.undo, c.undoAt, c.undoPSN, c.undoSentAt = true, now, c.fastPSN, c.fastSentAt
+				c.undoCwnd, c.undoSsthresh = c.cwnd, c.ssthresh
+				c.undoRecovering, c.undoRecoverPSN = c.recovering, c.recoverPSN
+			}
+			c.lossEvent(q, false)
 			c.gapSet = false
 			c.retrying = true
 			q.rewind(c.ackPSN)
@@ -625,6 +676,7 @@ func (q *QP) timers() {
 		return
 	}
 	q.stats.inc(CtrTimeouts)
+	c.undo = false
 	c.lossEvent(q, true)
 	if c.retries == 0 {
 		if w := q.oldest(); w != nil {

@@ -34,23 +34,25 @@ type Counter int
 
 // Counters.
 const (
-	CtrRetransmits     Counter = iota // packets sent again (go-back-N, RNR, timeout)
-	CtrTimeouts                       // local ACK timeouts
-	CtrFastRetransmits                // resends because an ACK asked for was overdue by the round trip
-	CtrSeqNAKsSent                    // PSN sequence error NAKs sent
-	CtrSeqNAKsRecv                    // PSN sequence error NAKs received
-	CtrRNRNAKsSent                    // RNR NAKs sent
-	CtrRNRNAKsRecv                    // RNR NAKs received
-	CtrDuplicates                     // duplicate requests received
-	CtrReplays                        // READ responses regenerated / atomic results replayed
-	CtrDropped                        // packets dropped (state, sequence, Q_Key, malformed, stale)
-	CtrErrNAKsSent                    // invalid request / remote access / remote op NAKs sent
-	CtrEncodeErrors                   // frames the engine failed to encode (a bug)
+	CtrRetransmits             Counter = iota // packets sent again (go-back-N, RNR, timeout)
+	CtrTimeouts                               // local ACK timeouts
+	CtrFastRetransmits                        // resends because an ACK asked for was overdue by the round trip
+	CtrSeqNAKsSent                            // PSN sequence error NAKs sent
+	CtrSeqNAKsRecv                            // PSN sequence error NAKs received
+	CtrRNRNAKsSent                            // RNR NAKs sent
+	CtrRNRNAKsRecv                            // RNR NAKs received
+	CtrDuplicates                             // duplicate requests received
+	CtrReplays                                // READ responses regenerated / atomic results replayed
+	CtrDropped                                // packets dropped (state, sequence, Q_Key, malformed, stale)
+	CtrErrNAKsSent                            // invalid request / remote access / remote op NAKs sent
+	CtrEncodeErrors                           // frames the engine failed to encode (a bug)
+	CtrSpuriousFastRetransmits                // fast retransmissions an ACK for the original transmission proved needless
 	numCounters
 )
 
 var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "seq_naks_sent", "seq_naks_recv",
-	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors"}
+	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors",
+	"spurious_fast_retransmits"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
 

@@ -505,3 +505,63 @@ func TestDuplicateNAKsSpendNoRetries(t *testing.T) {
 	}
 	t.Logf("%d of %d seeds ended in RETRY_EXC_ERR (after local ACK timeouts)", failed, seeds)
 }
+
+// TestSpuriousFastRetransmit: the responder stalls (as a descheduled
+// process does) long enough for the requester's fast retransmission to fire
+// with nothing lost. When the responder wakes, its ACK for the packets sent
+// before the resend (beyond what the halved window let the requester resend)
+// proves the resend needless: the window is restored instead of shrinking,
+// and the late round trip raises the timeout so that a like stall does not
+// fire it again at once. Everything lands.
+func TestSpuriousFastRetransmit(t *testing.T) {
+	cfg := netCfg{delay: 20_000, perFrame: 1000, tick: 1000, ring: 1024}
+	r := newNetRun(t, defaultOpts(), cfg, 1)
+	const n = 4 << 20
+	am, abuf := r.a.reg(t, n, allAcc)
+	bm, bbuf := r.b.reg(t, n, allAcc)
+	fill(abuf, 5)
+	must(t, r.a.q.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []mr.SGE{sge(am, 0, n)},
+		RemoteAddr: bm.Addr(), RKey: bm.RKey()}))
+	c := &r.a.q.comp
+	wcs := make([]WC, 1)
+	var cwndBefore, cwndAfter uint32
+	var rtoBefore int64
+	stalled := false
+	for range 2_000_000 {
+		if k, _ := r.a.cq.Poll(wcs); k == 1 {
+			break
+		}
+		if !stalled && c.srtt != 0 && c.cwnd >= 256 {
+			stalled = true
+			cwndBefore, rtoBefore = c.cwnd, c.rto()
+			r.b.stallUntil = r.now + 4*rtoBefore
+		}
+		sp := r.a.q.Stats().Get(CtrSpuriousFastRetransmits)
+		r.step()
+		if cwndAfter == 0 && r.a.q.Stats().Get(CtrSpuriousFastRetransmits) > sp {
+			cwndAfter = c.cwnd
+		}
+	}
+	if wcs[0].Status != WCSuccess || !bytes.Equal(abuf, bbuf) {
+		t.Fatalf("WC %+v, data equal %v", wcs[0], bytes.Equal(abuf, bbuf))
+	}
+	if !stalled {
+		t.Fatal("the window never reached 256 PSNs")
+	}
+	sa := r.a.q.Stats()
+	t.Logf("cwnd %d before the stall, %d after the undo; rto %d -> %d ns; fast %d spurious %d timeouts %d retransmits %d",
+		cwndBefore, cwndAfter, rtoBefore, c.rto(), sa.Get(CtrFastRetransmits), sa.Get(CtrSpuriousFastRetransmits),
+		sa.Get(CtrTimeouts), sa.Get(CtrRetransmits))
+	if sa.Get(CtrFastRetransmits) == 0 {
+		t.Fatal("no fast retransmission: the stall did not test anything")
+	}
+	if sa.Get(CtrSpuriousFastRetransmits) == 0 {
+		t.Fatal("the needless fast retransmission was not detected")
+	}
+	if cwndAfter < cwndBefore {
+		t.Errorf("window %d after the undo, want at least the %d before the stall", cwndAfter, cwndBefore)
+	}
+	if sa.Get(CtrTimeouts) != 0 {
+		t.Errorf("%d local ACK timeouts with nothing lost", sa.Get(CtrTimeouts))
+	}
+}
