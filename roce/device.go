@@ -133,10 +133,13 @@ type Stats struct {
 	// FastRetransmits counts resends started because an ACK asked for was
 	// overdue by the measured round trip (before the local ACK timeout).
 	FastRetransmits uint64
-	SeqNAKs         uint64 // PSN sequence error NAKs sent and received
-	RNRNAKs         uint64 // RNR NAKs sent and received
-	Duplicates      uint64 // duplicate requests received
-	QPDropped       uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
+	// SpuriousFastRetransmits counts fast retransmits undone because an ACK
+	// showed the original packets had arrived (nothing was lost).
+	SpuriousFastRetransmits uint64
+	SeqNAKs                 uint64 // PSN sequence error NAKs sent and received
+	RNRNAKs                 uint64 // RNR NAKs sent and received
+	Duplicates              uint64 // duplicate requests received
+	QPDropped               uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
 }
 
 // addQPStats adds the counters of one queue pair to st.
@@ -145,6 +148,7 @@ func addQPStats(st *Stats, q *qp.QP) {
 	st.Retransmits += c.Get(qp.CtrRetransmits)
 	st.Timeouts += c.Get(qp.CtrTimeouts)
 	st.FastRetransmits += c.Get(qp.CtrFastRetransmits)
+	st.SpuriousFastRetransmits += c.Get(qp.CtrSpuriousFastRetransmits)
 	st.SeqNAKs += c.Get(qp.CtrSeqNAKsSent) + c.Get(qp.CtrSeqNAKsRecv)
 	st.RNRNAKs += c.Get(qp.CtrRNRNAKsSent) + c.Get(qp.CtrRNRNAKsRecv)
 	st.Duplicates += c.Get(qp.CtrDuplicates)
@@ -349,7 +353,7 @@ func (d *Device) Stats() Stats {
 	st.QPs = len(d.qps)
 	st.Retransmits, st.Timeouts, st.SeqNAKs = d.retired.Retransmits, d.retired.Timeouts, d.retired.SeqNAKs
 	st.RNRNAKs, st.Duplicates, st.QPDropped = d.retired.RNRNAKs, d.retired.Duplicates, d.retired.QPDropped
-	st.FastRetransmits = d.retired.FastRetransmits
+	st.FastRetransmits, st.SpuriousFastRetransmits = d.retired.FastRetransmits, d.retired.SpuriousFastRetransmits
 	for _, e := range d.qps {
 		addQPStats(&st, e.q)
 	}
