@@ -91,7 +91,7 @@ var arenaLayout = []region{
 	slotWO:    {name: "wo", n: 1024, access: roce.LocalWrite | roce.RemoteWrite, secret: true, writable: true},
 	slotAT:    {name: "at", n: 64, access: roce.LocalWrite | roce.RemoteAtomic, writable: true},
 	slotNone:  {name: "none", n: 512, access: roce.LocalWrite, secret: true},
-	slotRecv:  {name: "recv", n: 768, access: roce.LocalWrite, secret: true, writable: true},
+	slotRecv:  {name: "recv", n: 1024, access: roce.LocalWrite, secret: true, writable: true}, // posted: 0..768
 	slotRdDst: {name: "rddst", n: 128, access: roce.LocalWrite, secret: true, writable: true},
 	slotDereg: {name: "dereg", n: 512, access: roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead | roce.RemoteAtomic, secret: true},
 	// the victim's own SEND/WRITE source; not registered for remote access
@@ -578,8 +578,10 @@ func (vt *victim) checkMemory() []string {
 	// Receive buffers only in the posted ranges; the READ destination only
 	// where the victim's READ (64 B) and FETCH_ADD (8 B) land.
 	rv := vt.regs[slotRecv]
-	if i := firstDiff(vt.arena[rv.off+640:rv.off+rv.n], vt.init[rv.off+640:rv.off+rv.n]); i >= 0 {
-		bad = append(bad, fmt.Sprintf("receive region changed outside the posted buffers at offset %d", 640+i))
+	// Posted: RC 0..256, UC 256..384, UD 384..768 (40-byte GRH area + up to
+	// 344 bytes of payload); 768..1024 must stay as it was.
+	if i := firstDiff(vt.arena[rv.off+768:rv.off+rv.n], vt.init[rv.off+768:rv.off+rv.n]); i >= 0 {
+		bad = append(bad, fmt.Sprintf("receive region changed outside the posted buffers at offset %d", 768+i))
 	}
 	rd := vt.regs[slotRdDst]
 	if i := firstDiff(vt.arena[rd.off+72:rd.off+rd.n], vt.init[rd.off+72:rd.off+rd.n]); i >= 0 {
