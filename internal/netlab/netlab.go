@@ -270,23 +270,33 @@ type LinkConfig struct {
 	Queues int
 }
 
-// Connect joins a and b by a veth pair and returns its two ends, up and (unless
-// cfg.Bare) addressed.
-func (l *Lab) Connect(a, b *NS, cfg LinkConfig) (*Iface, *Iface, error) {
-	mtu := cfg.MTU
+// newVeth checks cfg's MTU (default 1500) and names the ends of the next veth
+// pair between a and b: the end in a is named after b and the other way round.
+func (l *Lab) newVeth(a, b *NS, cfg LinkConfig) (mtu int, an, bn string, err error) {
+	mtu = cfg.MTU
 	if mtu == 0 {
 		mtu = 1500
 	}
 	if mtu < 68 || mtu > 9000 {
-		return nil, nil, fmt.Errorf("netlab: connect: mtu %d outside 68..9000", mtu)
+		return 0, "", "", fmt.Errorf("netlab: connect: mtu %d outside 68..9000", mtu)
 	}
 	l.mu.Lock()
 	l.links++
 	n := l.links
 	l.mu.Unlock()
-	an, bn := "v"+strconv.Itoa(n)+b.Short, "v"+strconv.Itoa(n)+a.Short
+	an, bn = "v"+strconv.Itoa(n)+b.Short, "v"+strconv.Itoa(n)+a.Short
 	if len(an) > 15 || len(bn) > 15 {
-		return nil, nil, fmt.Errorf("netlab: connect: interface name %q or %q too long", an, bn)
+		return 0, "", "", fmt.Errorf("netlab: connect: interface name %q or %q too long", an, bn)
+	}
+	return mtu, an, bn, nil
+}
+
+// Connect joins a and b by a veth pair and returns its two ends, up and (unless
+// cfg.Bare) addressed.
+func (l *Lab) Connect(a, b *NS, cfg LinkConfig) (*Iface, *Iface, error) {
+	mtu, an, bn, err := l.newVeth(a, b, cfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	args := []string{"link", "add", "name", an, "netns", a.Name, "mtu", strconv.Itoa(mtu)}
 	if cfg.Queues > 1 {
@@ -521,20 +531,9 @@ func (t *Topo) buildRelayed(cfg LinkConfig, rc RelayConfig) error {
 
 // connectMixed makes a veth between host h (addressed) and relay r (bare).
 func (l *Lab) connectMixed(h, r *NS, hostCfg, bareCfg LinkConfig) (*Iface, *Iface, error) {
-	mtu := hostCfg.MTU
-	if mtu == 0 {
-		mtu = 1500
-	}
-	if mtu < 68 || mtu > 9000 {
-		return nil, nil, fmt.Errorf("netlab: connect: mtu %d outside 68..9000", mtu)
-	}
-	l.mu.Lock()
-	l.links++
-	n := l.links
-	l.mu.Unlock()
-	hn, rn := "v"+strconv.Itoa(n)+r.Short, "v"+strconv.Itoa(n)+h.Short
-	if len(hn) > 15 || len(rn) > 15 {
-		return nil, nil, fmt.Errorf("netlab: connect: interface name %q or %q too long", hn, rn)
+	mtu, hn, rn, err := l.newVeth(h, r, hostCfg)
+	if err != nil {
+		return nil, nil, err
 	}
 	if err := ipCmd("link", "add", "name", hn, "netns", h.Name, "mtu", strconv.Itoa(mtu),
 		"type", "veth", "peer", "name", rn, "netns", r.Name, "mtu", strconv.Itoa(mtu)); err != nil {
