@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -112,7 +113,10 @@ func WithRand(r io.Reader) Option {
 // A Table holds the regions of one device, keyed by lkey and rkey. The zero
 // value is not usable; call NewTable.
 type Table struct {
-	mu     sync.RWMutex
+	mu sync.RWMutex
+	// gen counts the removals of keys (Deregister, InvalidateRKey); a
+	// Cache entry is good while it has not moved. Written under mu.
+	gen    atomic.Uint64
 	lkeys  map[uint32]*MR
 	rkeys  map[uint32]*MR
 	maxMRs int
@@ -324,6 +328,7 @@ func (m *MR) Deregister() error {
 		return fmt.Errorf("mr: deregister: %w", ErrDeallocated)
 	}
 	m.dead = true
+	t.gen.Add(1)
 	if t.lkeys[m.lkey] == m {
 		delete(t.lkeys, m.lkey)
 	}
@@ -356,6 +361,7 @@ func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
 	if m.access&RemoteInvalidate == 0 {
 		return ErrAccess
 	}
+	t.gen.Add(1)
 	delete(t.rkeys, rkey)
 	t.retire(rkey)
 	return nil
@@ -390,6 +396,43 @@ func (t *Table) Local(pd *PD, lkey uint32, addr uint64, n uint64, need Access) (
 	m := t.lkeys[lkey]
 	t.mu.RUnlock()
 	return m.check(pd, addr, n, need)
+}
+
+// A Cache remembers the region one key last resolved to, so that the
+// packets of a message, which all name the same key, find it without the
+// table's lock and map: on the data path the lock's shared counter and the
+// map lookup cost more than the rest of the bounds check. An entry is used
+// only while no key has been removed from the table since it was filled
+// (Deregister and InvalidateRKey bump the table's generation), so a cached
+// key is refused from the moment either call returns, as a looked-up one.
+// The zero Cache is empty; a Cache must not be used by two goroutines at
+// once, nor with two tables.
+type Cache struct {
+	m   *MR
+	gen uint64
+	key uint32
+}
+
+// RemoteCached is Remote through c.
+func (t *Table) RemoteCached(c *Cache, pd *PD, rkey uint32, va uint64, n uint64, need Access) ([]byte, error) {
+	if g := t.gen.Load(); c.m == nil || c.key != rkey || c.gen != g {
+		t.mu.RLock()
+		m := t.rkeys[rkey]
+		t.mu.RUnlock()
+		*c = Cache{m: m, gen: g, key: rkey}
+	}
+	return c.m.check(pd, va, n, need)
+}
+
+// LocalCached is Local through c.
+func (t *Table) LocalCached(c *Cache, pd *PD, lkey uint32, addr uint64, n uint64, need Access) ([]byte, error) {
+	if g := t.gen.Load(); c.m == nil || c.key != lkey || c.gen != g {
+		t.mu.RLock()
+		m := t.lkeys[lkey]
+		t.mu.RUnlock()
+		*c = Cache{m: m, gen: g, key: lkey}
+	}
+	return c.m.check(pd, addr, n, need)
 }
 
 func (m *MR) check(pd *PD, va, n uint64, need Access) ([]byte, error) {

@@ -434,3 +434,128 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A Cache gives what the table gives: the same checks on a hit, and a key
+// removed by Deregister or InvalidateRKey is refused through a cache that
+// held it, as soon as the call returns.
+func TestCacheFollowsTable(t *testing.T) {
+	// A key source that offers 0x10 again after its region is gone: the
+	// new region's lkey equals the old one's (lkeys are not retired).
+	src := &cycle{keys: []uint32{0x10, 0x20, 0x10, 0x30, 0x40, 0x50}}
+	tbl := mr.NewTable(mr.WithRand(src))
+	pd := tbl.AllocPD()
+	old, err := pd.RegisterIOVA([]byte("old region"), 0x1000, mr.LocalWrite|mr.RemoteWrite|mr.RemoteInvalidate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc, lc mr.Cache
+	for range 2 { // a fill, then a hit
+		if b, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1004, 6, mr.RemoteWrite); err != nil || string(b) != "region" {
+			t.Fatalf("RemoteCached = %q, %v", b, err)
+		}
+		if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1004, 7, mr.RemoteWrite); !errors.Is(err, mr.ErrOutOfBounds) {
+			t.Fatalf("RemoteCached past the end: %v", err)
+		}
+		if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1000, 8, mr.RemoteAtomic); !errors.Is(err, mr.ErrAccess) {
+			t.Fatalf("RemoteCached without the right: %v", err)
+		}
+		if _, err := tbl.RemoteCached(&rc, tbl.AllocPD(), old.RKey(), 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrPDMismatch) {
+			t.Fatalf("RemoteCached from another pd: %v", err)
+		}
+		if b, err := tbl.LocalCached(&lc, pd, old.LKey(), 0x1000, 3, mr.LocalWrite); err != nil || string(b) != "old" {
+			t.Fatalf("LocalCached = %q, %v", b, err)
+		}
+	}
+	if _, err := tbl.RemoteCached(&rc, pd, old.RKey()^1, 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+		t.Fatalf("RemoteCached, other key: %v", err)
+	}
+	if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1000, 1, mr.RemoteWrite); err != nil {
+		t.Fatalf("RemoteCached back to the key: %v", err)
+	}
+
+	if err := tbl.InvalidateRKey(pd, old.RKey()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+		t.Fatalf("RemoteCached after InvalidateRKey: %v", err)
+	}
+	if _, err := tbl.LocalCached(&lc, pd, old.LKey(), 0x1000, 1, mr.LocalWrite); err != nil {
+		t.Fatalf("LocalCached after InvalidateRKey: %v", err)
+	}
+
+	if err := old.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tbl.LocalCached(&lc, pd, old.LKey(), 0x1000, 1, 0); !errors.Is(err, mr.ErrInvalidKey) {
+		t.Fatalf("LocalCached after Deregister: %v", err)
+	}
+	nw, err := pd.RegisterIOVA([]byte("new"), 0x1000, mr.LocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nw.LKey() != old.LKey() {
+		t.Fatalf("lkey %#x, want the old region's %#x again", nw.LKey(), old.LKey())
+	}
+	if b, err := tbl.LocalCached(&lc, pd, nw.LKey(), 0x1000, 3, 0); err != nil || string(b) != "new" {
+		t.Fatalf("LocalCached of the new region = %q, %v", b, err)
+	}
+}
+
+// A region deregistered by another goroutine is refused through a cache
+// from then on (run under -race by scripts/race.sh).
+func TestCacheConcurrentDeregister(t *testing.T) {
+	tbl := mr.NewTable()
+	pd := tbl.AllocPD()
+	m, _ := pd.Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteWrite)
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		m.Deregister()
+	}()
+	var c mr.Cache
+	for {
+		select {
+		case <-gone:
+			if _, err := tbl.RemoteCached(&c, pd, m.RKey(), m.Addr(), 8, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+				t.Fatalf("RemoteCached after Deregister returned: %v", err)
+			}
+			return
+		default:
+			tbl.RemoteCached(&c, pd, m.RKey(), m.Addr(), 8, mr.RemoteWrite)
+		}
+	}
+}
+
+func TestCachedLookupsAllocateNothing(t *testing.T) {
+	tbl := mr.NewTable()
+	pd := tbl.AllocPD()
+	m, _ := pd.Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteWrite)
+	var rc, lc mr.Cache
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, err := tbl.RemoteCached(&rc, pd, m.RKey(), m.Addr()+64, 1024, mr.RemoteWrite); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tbl.LocalCached(&lc, pd, m.LKey(), m.Addr(), 64, mr.LocalWrite); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("cached lookups allocate %v times per run", allocs)
+	}
+}
+
+func BenchmarkRemoteLookupCached(b *testing.B) {
+	tbl := mr.NewTable()
+	pd := tbl.AllocPD()
+	for range 1000 {
+		pd.Register(make([]byte, 64), mr.LocalWrite)
+	}
+	m, _ := pd.Register(make([]byte, 1<<16), mr.LocalWrite|mr.RemoteWrite)
+	var c mr.Cache
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tbl.RemoteCached(&c, pd, m.RKey(), m.Addr()+4096, 4096, mr.RemoteWrite); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -100,6 +100,9 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+	// The regions the data path last touched (mr.Cache): the packets of a
+	// message name one key, so most skip the table's lock and map.
+	lkeyCache, rkeyCache mr.Cache
 
 	stats Stats
 }

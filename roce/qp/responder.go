@@ -541,7 +541,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 			r.wVA, r.wRKey, r.wLen, r.wOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), 0
 		}
 		if n := uint64(len(p.Payload)); n > 0 {
-			b, err := q.tbl.Remote(q.pd, r.wRKey, r.wVA+r.wOff, n, mr.RemoteWrite)
+			b, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, r.wRKey, r.wVA+r.wOff, n, mr.RemoteWrite)
 			if err != nil {
 				return respErrAccess // deregistered since the first packet
 			}
@@ -873,7 +873,7 @@ func (q *QP) sendReadResponse(out Output, x *resource) (ok, fail bool) {
 	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(wire.UnlimitedCredits), MSN: x.msn}
 	hl := p.HeaderLen()
 	if n > 0 {
-		m, err := q.tbl.Remote(q.pd, x.rkey, x.va+x.txOff, n, mr.RemoteRead)
+		m, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, x.rkey, x.va+x.txOff, n, mr.RemoteRead)
 		if err != nil || hl+int(n)+7 > len(buf) {
 			// Deregistered while being read: remote access error (class C).
 			q.stats.inc(CtrErrNAKsSent)

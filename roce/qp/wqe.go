@@ -97,7 +97,7 @@ func (q *QP) sglCopy(sgl []mr.SGE, off uint64, b []byte, write bool) WCStatus {
 		if n > uint64(len(b)) {
 			n = uint64(len(b))
 		}
-		m, err := q.tbl.Local(q.pd, s.LKey, s.Addr+off, n, need)
+		m, err := q.tbl.LocalCached(&q.lkeyCache, q.pd, s.LKey, s.Addr+off, n, need)
 		if err != nil {
 			return WCLocProtErr
 		}
