@@ -140,6 +140,9 @@ func (m *multiQueue) Wait(timeout time.Duration) error {
 			return err
 		}
 	}
+	if m.socks[0].TxRefused() && (timeout < 0 || timeout > xsk.TxRetryWait) {
+		timeout = xsk.TxRetryWait // see xsk.TxRetryWait
+	}
 	var ts *unix.Timespec
 	if timeout >= 0 {
 		m.ts = unix.NsecToTimespec(int64(timeout))

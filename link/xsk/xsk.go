@@ -203,6 +203,8 @@ type Socket struct {
 	one      [8]byte
 	drain    [8]byte
 	rxErrors uint64 // frames dropped: longer than MaxFrame, or out of scratch
+	// Waits shortened to TxRetryWait because the kernel refused frames.
+	txRetries atomic.Uint64
 
 	mu     sync.RWMutex // RLock: any operation; Lock: Close
 	closed atomic.Bool
@@ -464,6 +466,9 @@ type Stats struct {
 	// RxTooLong counts received multi-buffer frames dropped because they
 	// exceeded the reassembly room (MTU+22 bytes).
 	RxTooLong uint64
+	// TxRetryWaits counts the Waits shortened to TxRetryWait because the
+	// kernel had left frames in the TX ring (device busy).
+	TxRetryWaits uint64
 }
 
 // Stats reads the socket's counters. Not for the per-packet path.
@@ -480,6 +485,7 @@ func (s *Socket) Stats() (Stats, error) {
 		return st, fmt.Errorf("xsk: stats: %w", os.NewSyscallError("getsockopt(XDP_STATISTICS)", e))
 	}
 	st.RxTooLong = s.rxErrors
+	st.TxRetryWaits = s.txRetries.Load()
 	return st, nil
 }
 
@@ -711,6 +717,37 @@ func (s *Socket) kickTx() {
 	}
 }
 
+// TxRetryWait bounds a Wait while frames the kernel refused stay in the TX
+// ring. In copy mode the send call transmits synchronously, so frames still
+// pending after a kick were refused: the device was busy (veth reports a full
+// peer ring as busy since Linux 6.16 and restarts its queue when the peer
+// has drained it). Nothing wakes a poller when that happens; without the
+// bound, a sender whose peer waits for the refused frames before it answers
+// slept until its next timer (an RC ACK timeout, 67 ms and more).
+const TxRetryWait = 50 * time.Microsecond
+
+// txStuckTimeout returns the timeout of a Wait that kicked the TX ring:
+// timeout, or TxRetryWait if the kernel left frames in the ring (copy mode).
+func (s *Socket) txStuckTimeout(timeout time.Duration) time.Duration {
+	if s.txRefused() && (timeout < 0 || timeout > TxRetryWait) {
+		s.txRetries.Add(1)
+		return TxRetryWait
+	}
+	return timeout
+}
+
+func (s *Socket) txRefused() bool { return !s.zeroCopy && s.tx.pending() }
+
+// TxRefused reports whether, in copy mode, frames stay in the TX ring that
+// the kernel did not take at the last kick: a poller of several sockets
+// should wait no longer than TxRetryWait before kicking again (Wait does
+// this for its own socket). Call it from the goroutine that sends.
+func (s *Socket) TxRefused() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return !s.closed.Load() && s.txRefused()
+}
+
 // Free hands unsent buffers from Alloc back. Buffers not from Alloc are
 // ignored.
 func (s *Socket) Free(bufs [][]byte) {
@@ -736,6 +773,7 @@ func (s *Socket) Wait(timeout time.Duration) error {
 	}
 	if s.tx.pending() {
 		s.kickTx()
+		timeout = s.txStuckTimeout(timeout)
 	}
 	if s.rx.avail() > 0 {
 		return nil
