@@ -719,11 +719,12 @@ func (s *Socket) kickTx() {
 
 // TxRetryWait bounds a Wait while frames the kernel refused stay in the TX
 // ring. In copy mode the send call transmits synchronously, so frames still
-// pending after a kick were refused: the device was busy (veth reports a full
-// peer ring as busy since Linux 6.16 and restarts its queue when the peer
-// has drained it). Nothing wakes a poller when that happens; without the
-// bound, a sender whose peer waits for the refused frames before it answers
-// slept until its next timer (an RC ACK timeout, 67 ms and more).
+// pending after a kick were refused: the driver reported busy (a full
+// hardware ring; veth since Linux 6.16, commit dc82a33297fc, when its peer's
+// ring is full and a qdisc is attached) and restarts its queue later. Nothing
+// wakes a poller when that happens; without the bound, a sender whose peer
+// waits for the refused frames before it answers slept until its next timer
+// (an RC ACK timeout, 67 ms and more).
 const TxRetryWait = 50 * time.Microsecond
 
 // txStuckTimeout returns the timeout of a Wait that kicked the TX ring:
