@@ -170,12 +170,15 @@ func (e *engine) schedule(q *qpEntry) {
 	}
 }
 
-// input decodes one received frame and hands it to its queue pair.
+// input decodes one received frame and hands it to its queue pair. The frame
+// is the engine's until the next Receive and nobody else reads it meanwhile
+// (capture.Wrap has written it out inside Receive), so DecodeWritable may
+// hash it in place; it leaves the frame byte-identical, as icrcRepair needs.
 func (e *engine) input(frame []byte, now int64) {
 	e.rxFrames++
 	e.rxBytes += uint64(len(frame))
 	p := &e.pkt
-	if err := p.Decode(frame); err != nil {
+	if err := p.DecodeWritable(frame); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrBadICRC):
 			if !e.synthetic || p.IPv6 || !e.repair.explains(frame, p) {

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/xdproce/xdproce/roce/wire"
@@ -17,6 +18,24 @@ func TestZeroAllocs(t *testing.T) {
 			}
 		}); a != 0 {
 			t.Errorf("%v: Decode allocates %v times", f, a)
+		}
+		writable := bytes.Clone(f.data)
+		if a := testing.AllocsPerRun(20, func() {
+			if err := p.DecodeWritable(writable); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Errorf("%v: DecodeWritable allocates %v times", f, a)
+		}
+		if a := testing.AllocsPerRun(20, func() {
+			if err := wire.SetICRC(writable); err != nil {
+				t.Fatal(err)
+			}
+		}); a != 0 {
+			t.Errorf("%v: SetICRC allocates %v times", f, a)
+		}
+		if err := p.Decode(f.data); err != nil {
+			t.Fatal(err)
 		}
 		if a := testing.AllocsPerRun(20, func() {
 			if _, err := p.Encode(buf); err != nil {
@@ -53,6 +72,9 @@ func TestZeroAllocs(t *testing.T) {
 		}
 		if p.Decode(bad[:30]) == nil {
 			t.Fatal("short frame decoded")
+		}
+		if p.DecodeWritable(bad) == nil {
+			t.Fatal("corrupt frame decoded")
 		}
 	}); a != 0 {
 		t.Errorf("Decode error paths allocate %v times", a)

@@ -16,11 +16,14 @@
 // only as long as the frame is; for a frame in link-owned memory (an AF_XDP
 // UMEM chunk) that is until the link reuses the buffer, typically the next
 // Receive. Copy the payload out before handing the frame back.
+// Packet.DecodeWritable is Decode for the owner of a writable frame: it
+// hashes the ICRC in place (masking in the frame and restoring it before it
+// returns), about a third faster; Decode never writes to its input.
 // Packet.Encode writes into a caller-owned buffer of at least FrameLen bytes
 // and copies the payload; Packet.EncodeInPlace skips the copy for a payload
-// already at HeaderLen in the buffer. Decode, Encode, EncodeInPlace,
-// ComputeICRC and VerifyICRC allocate nothing (the tests enforce
-// testing.AllocsPerRun == 0), and never panic on any input.
+// already at HeaderLen in the buffer. Decode, DecodeWritable, Encode,
+// EncodeInPlace, ComputeICRC, VerifyICRC and SetICRC allocate nothing (the
+// tests enforce testing.AllocsPerRun == 0), and never panic on any input.
 //
 // # Errors
 //

@@ -17,15 +17,19 @@ func addSeeds(f *testing.F) {
 	}
 }
 
-// FuzzDecode: Decode never panics; a frame that decodes re-encodes to the
-// same bytes (up to the end of the IP packet); a frame whose only fault is a
-// checksum re-encodes to one that decodes cleanly.
+// FuzzDecode: Decode never panics; DecodeWritable gives the same Packet and
+// error and leaves the frame as it was; a frame that decodes re-encodes to
+// the same bytes (up to the end of the IP packet); a frame whose only fault
+// is a checksum re-encodes to one that decodes cleanly.
 func FuzzDecode(f *testing.F) {
 	addSeeds(f)
 	buf := make([]byte, 1<<16+64)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p wire.Packet
-		err := p.Decode(data)
+		err := checkWritable(t, "fuzz input", data)
+		if perr := p.Decode(data); perr != err {
+			t.Fatalf("Decode: %v, then %v", err, perr)
+		}
 		if _, cerr := wire.ComputeICRC(data); err == nil && cerr != nil {
 			t.Fatalf("Decode ok but ComputeICRC: %v", cerr)
 		}

@@ -125,6 +125,23 @@ func (p *Packet) FrameLen() int {
 // ErrNotRoCE, ErrBadLength, ErrBadVersion, ErrUnknownOpcode, ErrBadPadCount,
 // ErrBadChecksum and ErrBadICRC.
 func (p *Packet) Decode(frame []byte) error {
+	return p.decode(frame, false)
+}
+
+// DecodeWritable is Decode for the owner of a writable frame, such as a
+// receive buffer of a link: the same results and errors, but the ICRC is
+// computed in place, in one pass over the frame instead of a masked copy of
+// the headers and a second pass over the payload. The 8 bytes before the IP
+// header and the fields the ICRC leaves out are overwritten with ones during
+// the call and restored before it returns, so frame ends byte-identical, but
+// it must not be read or written by anyone else while the call runs. Frames
+// that may be shared or read-only (a pcap file's data, gopacket's
+// Packet.Data, a caller's buffer) go to Decode.
+func (p *Packet) DecodeWritable(frame []byte) error {
+	return p.decode(frame, true)
+}
+
+func (p *Packet) decode(frame []byte, writable bool) error {
 	*p = Packet{}
 	if len(frame) < ethLen {
 		return errEthShort
@@ -226,7 +243,14 @@ func (p *Packet) Decode(frame []byte) error {
 	if !p.IPv6 && ipv4Checksum(ip) != 0 {
 		return errIPv4Checksum
 	}
-	if icrc(ip, p.IPv6, l4) != p.ICRC {
+	var crc uint32
+	if writable {
+		ipOff := len(frame) - len(b)
+		crc = icrcInPlace(frame[ipOff-8:ipOff+len(ip)+len(l4)-ICRCLen], len(ip), p.IPv6)
+	} else {
+		crc = icrc(ip, p.IPv6, l4)
+	}
+	if crc != p.ICRC {
 		return errICRC
 	}
 	return nil
@@ -497,7 +521,7 @@ func (p *Packet) encode(buf []byte, n int, copyPayload bool) (int, error) {
 	for i := end - pad; i < end; i++ {
 		buf[i] = 0
 	}
-	p.ICRC = icrc(ip, p.IPv6, l4)
+	p.ICRC = icrcInPlace(buf[l2-8:end], l3, p.IPv6)
 	binary.LittleEndian.PutUint32(buf[end:], p.ICRC)
 	return total, nil
 }
@@ -505,18 +529,33 @@ func (p *Packet) encode(buf []byte, n int, copyPayload bool) (int, error) {
 // ipv4Checksum returns the Internet checksum (RFC 1071) of h. Over a header
 // with its checksum field filled in it returns 0 when the checksum is right;
 // over one with the field zeroed it returns the value to store.
+//
+// It adds big-endian 32-bit words into a 64-bit sum and folds once at the
+// end: 2^16 ≡ 1 modulo 0xFFFF, so the ones' complement sum of the 16-bit
+// words is the folded sum of the 32-bit ones.
 func ipv4Checksum(h []byte) uint16 {
-	var s uint32
-	for len(h) >= 2 {
-		s += uint32(h[0])<<8 | uint32(h[1])
-		h = h[2:]
+	var s uint64
+	if len(h) == ipv4Len {
+		s = uint64(binary.BigEndian.Uint32(h[0:])) + uint64(binary.BigEndian.Uint32(h[4:])) +
+			uint64(binary.BigEndian.Uint32(h[8:])) + uint64(binary.BigEndian.Uint32(h[12:])) +
+			uint64(binary.BigEndian.Uint32(h[16:]))
+	} else {
+		for len(h) >= 4 {
+			s += uint64(binary.BigEndian.Uint32(h))
+			h = h[4:]
+		}
+		if len(h) >= 2 {
+			s += uint64(binary.BigEndian.Uint16(h))
+			h = h[2:]
+		}
+		if len(h) == 1 {
+			s += uint64(h[0]) << 8
+		}
 	}
-	if len(h) == 1 {
-		s += uint32(h[0]) << 8
-	}
-	for s>>16 != 0 {
-		s = s&0xFFFF + s>>16
-	}
+	s = s&0xFFFFFFFF + s>>32
+	s = s&0xFFFF + s>>16
+	s = s&0xFFFF + s>>16
+	s = s&0xFFFF + s>>16
 	return ^uint16(s)
 }
 
