@@ -504,7 +504,15 @@ func (p *Packet) encode(buf []byte, n int, copyPayload bool) (int, error) {
 		copy(ip[12:16], src[:])
 		copy(ip[16:20], dst[:])
 		copy(ip[20:], p.IPOptions)
-		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
+		// The checksum from the values, not read back from buf: loads
+		// spanning the narrower stores just made cannot be forwarded and
+		// would wait for the stores (and the payload copy before them) to
+		// reach the cache.
+		sum := (uint64(0x40|l3/4)<<8 | uint64(p.TOS)) + uint64(ipTotal) + uint64(p.IPID) +
+			uint64(p.IPFlags)<<13 + (uint64(p.TTL)<<8 | protoUDP) +
+			uint64(binary.BigEndian.Uint32(src[:])) + uint64(binary.BigEndian.Uint32(dst[:])) +
+			checksumSum(p.IPOptions)
+		binary.BigEndian.PutUint16(ip[10:], ^checksumFold(sum))
 	}
 
 	l4 := buf[l2+l3:]
@@ -534,29 +542,40 @@ func (p *Packet) encode(buf []byte, n int, copyPayload bool) (int, error) {
 // end: 2^16 ≡ 1 modulo 0xFFFF, so the ones' complement sum of the 16-bit
 // words is the folded sum of the 32-bit ones.
 func ipv4Checksum(h []byte) uint16 {
-	var s uint64
 	if len(h) == ipv4Len {
-		s = uint64(binary.BigEndian.Uint32(h[0:])) + uint64(binary.BigEndian.Uint32(h[4:])) +
+		return ^checksumFold(uint64(binary.BigEndian.Uint32(h[0:])) + uint64(binary.BigEndian.Uint32(h[4:])) +
 			uint64(binary.BigEndian.Uint32(h[8:])) + uint64(binary.BigEndian.Uint32(h[12:])) +
-			uint64(binary.BigEndian.Uint32(h[16:]))
-	} else {
-		for len(h) >= 4 {
-			s += uint64(binary.BigEndian.Uint32(h))
-			h = h[4:]
-		}
-		if len(h) >= 2 {
-			s += uint64(binary.BigEndian.Uint16(h))
-			h = h[2:]
-		}
-		if len(h) == 1 {
-			s += uint64(h[0]) << 8
-		}
+			uint64(binary.BigEndian.Uint32(h[16:])))
 	}
+	return ^checksumFold(checksumSum(h))
+}
+
+// checksumSum adds h as big-endian 32-bit words (an odd byte at the end
+// padded with zero), for checksumFold.
+func checksumSum(h []byte) uint64 {
+	var s uint64
+	for len(h) >= 4 {
+		s += uint64(binary.BigEndian.Uint32(h))
+		h = h[4:]
+	}
+	if len(h) >= 2 {
+		s += uint64(binary.BigEndian.Uint16(h))
+		h = h[2:]
+	}
+	if len(h) == 1 {
+		s += uint64(h[0]) << 8
+	}
+	return s
+}
+
+// checksumFold folds a sum of fewer than 2^32 32-bit words to 16 bits with
+// end-around carries: the ones' complement sum.
+func checksumFold(s uint64) uint16 {
 	s = s&0xFFFFFFFF + s>>32
 	s = s&0xFFFF + s>>16
 	s = s&0xFFFF + s>>16
 	s = s&0xFFFF + s>>16
-	return ^uint16(s)
+	return uint16(s)
 }
 
 // IPv4Checksum returns the header checksum to store in an IPv4 header whose
