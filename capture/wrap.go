@@ -68,6 +68,9 @@ func (c *recorder) Send(frames [][]byte) error {
 	return c.Link.Send(frames)
 }
 
+// Nap is the wrapped link's (see link.Napper).
+func (c *recorder) Nap(timeout time.Duration) error { return link.Nap(c.Link, timeout) }
+
 func (c *recorder) Close() error {
 	err := c.Link.Close()
 	ferr := c.w.Flush()

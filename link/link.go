@@ -35,6 +35,26 @@ type Link interface {
 	Close() error
 }
 
+// A Napper is a Link that can sleep without being woken by each arriving
+// frame. Nap blocks until Wake is called or the timeout passes (a negative
+// timeout waits without limit); frames that arrive meanwhile wait in the
+// link's receive queue, which must hold what arrives in the timeout. A link
+// may return early when frames arrive (Nap may be Wait). The roce engine
+// naps instead of waiting while it receives a stream of frames, so that it
+// is woken once per batch rather than once or twice a frame: receive
+// coalescing, as a NIC's interrupt moderation (ethtool -C rx-usecs).
+type Napper interface {
+	Nap(timeout time.Duration) error
+}
+
+// Nap is l's Nap if it is a Napper, else its Wait.
+func Nap(l Link, timeout time.Duration) error {
+	if n, ok := l.(Napper); ok {
+		return n.Nap(timeout)
+	}
+	return l.Wait(timeout)
+}
+
 // Props describes a Link.
 type Props struct {
 	// Name says what carries the frames: "AF_XDP (native)", "AF_XDP

@@ -93,6 +93,18 @@ type Options struct {
 	// 0 (the default) sleeps in the link's Wait as soon as there is nothing
 	// to do.
 	BusyPoll time.Duration
+	// RxCoalesce is receive coalescing, as a NIC's interrupt moderation:
+	// after a round that received two frames or more and sent few (fewer
+	// than one for every eight received: the receiving end of a transfer),
+	// the engine sleeps this long, or until a doorbell, before it reads
+	// again, instead of sleeping until the next frame arrives, which woke it
+	// once or twice a frame for as much CPU as the frame's own processing.
+	// Frames meanwhile wait in the link's receive ring. Rounds that send as
+	// much as they receive, or receive one frame (a requester reading ACKs,
+	// a ping-pong), wait as before. 0 means DefaultRxCoalesce; negative
+	// turns it off. Links that cannot nap (link.Napper) wait instead;
+	// BusyPoll overrides it.
+	RxCoalesce time.Duration
 	// MaxQPs limits the queue pairs the device holds at once (default
 	// DefaultMaxQPs, rxe's max_qp); CreateQP beyond it fails with ErrLimit.
 	MaxQPs int
@@ -100,6 +112,10 @@ type Options struct {
 	// mr.DefaultMaxMRs); RegMR beyond it fails with ErrLimit.
 	MaxMRs int
 }
+
+// DefaultRxCoalesce is the default of Options.RxCoalesce. The kernel adds
+// its timer slack (50 us for ordinary threads) to a nap.
+const DefaultRxCoalesce = 20 * time.Microsecond
 
 // DefaultMaxQPs is the default of Options.MaxQPs (rxe's max_qp).
 const DefaultMaxQPs = 1 << 16
@@ -125,6 +141,7 @@ type Stats struct {
 	TxErrors       uint64 // link Send failures (frames may be lost; the protocol retransmits)
 	RxErrors       uint64 // link Receive failures
 	Rounds         uint64 // engine rounds
+	Naps           uint64 // receive-coalescing sleeps (Options.RxCoalesce)
 	Wakeups        uint64 // Wake calls on the link by doorbells
 	QPs            int    // queue pairs alive
 	// Sums of the queue pairs' counters (roce/qp), destroyed ones included.
@@ -217,7 +234,7 @@ type statCounters struct {
 	rxFrames, rxBytes, txFrames, txBytes                    atomic.Uint64
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN atomic.Uint64
 	icrcRepaired, txNoBuffer, txErrors, rxErrors            atomic.Uint64
-	rounds, wakeups                                         atomic.Uint64
+	rounds, wakeups, naps                                   atomic.Uint64
 }
 
 // firstQPN is the first QPN handed out, as rxe does (QP0 and QP1 are special).
@@ -242,6 +259,9 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	}
 	if o.RxBatch > 1024 {
 		o.RxBatch = 1024
+	}
+	if o.RxCoalesce == 0 {
+		o.RxCoalesce = DefaultRxCoalesce
 	}
 	props := l.Props()
 	if props.MTU < 256+80 {
@@ -347,7 +367,7 @@ func (d *Device) Stats() Stats {
 		DropNotRoCE: s.dropNotRoCE.Load(), DropUnknownQPN: s.dropUnknownQPN.Load(),
 		ICRCIDRepaired: s.icrcRepaired.Load(), TxNoBuffer: s.txNoBuffer.Load(),
 		TxErrors: s.txErrors.Load(), RxErrors: s.rxErrors.Load(),
-		Rounds: s.rounds.Load(), Wakeups: s.wakeups.Load(),
+		Rounds: s.rounds.Load(), Wakeups: s.wakeups.Load(), Naps: s.naps.Load(),
 	}
 	d.mu.Lock()
 	st.QPs = len(d.qps)

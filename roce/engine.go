@@ -29,6 +29,7 @@ type engine struct {
 	rxFrames, rxBytes                                       uint64
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN uint64
 	icrcRepaired, rxErrors                                  uint64
+	naps                                                    uint64
 	repair                                                  icrcRepair
 }
 
@@ -56,6 +57,10 @@ func (e *engine) run() {
 	defer close(d.done)
 	defer e.tx.release()
 	busy := int64(d.opts.BusyPoll)
+	coalesce := d.opts.RxCoalesce
+	if busy > 0 {
+		coalesce = 0
+	}
 	var active int64 // time of the last round that did something
 	for !d.closing.Load() {
 		now := d.now()
@@ -93,6 +98,7 @@ func (e *engine) run() {
 		}
 		e.work = e.work[:0]
 		e.tx.endRound()
+		sent := e.tx.frames
 		e.publish()
 		if err == nil && n == len(e.rx) {
 			continue // more frames are waiting
@@ -101,14 +107,22 @@ func (e *engine) run() {
 			runtime.Gosched()
 			continue
 		}
-		// Sleep until a frame, a doorbell or the next deadline.
+		// Sleep until a frame, a doorbell or the next deadline; or, in a
+		// stream of received frames, nap (Options.RxCoalesce).
+		nap := coalesce > 0 && n >= 2 && sent*8 < uint64(n)
 		timeout := time.Duration(-1)
+		if nap {
+			timeout = coalesce
+		}
 		if len(e.again) > 0 || err != nil {
 			timeout = starvedWait
 		} else if len(e.timers) > 0 {
-			timeout = time.Duration(e.timers[0].at - d.now())
-			if timeout <= 0 {
+			t := time.Duration(e.timers[0].at - d.now())
+			if t <= 0 {
 				continue
+			}
+			if timeout < 0 || t < timeout {
+				timeout = t
 			}
 		}
 		d.sleeping.Store(true)
@@ -116,7 +130,13 @@ func (e *engine) run() {
 			d.sleeping.Store(false)
 			continue
 		}
-		werr := e.l.Wait(timeout)
+		var werr error
+		if nap {
+			e.naps++
+			werr = link.Nap(e.l, timeout)
+		} else {
+			werr = e.l.Wait(timeout)
+		}
 		d.sleeping.Store(false)
 		if werr != nil && errors.Is(werr, link.ErrClosed) {
 			return
@@ -207,6 +227,10 @@ func (e *engine) input(frame []byte, now int64) {
 func (e *engine) publish() {
 	s := &e.d.st
 	s.rounds.Add(1)
+	if e.naps != 0 {
+		s.naps.Add(e.naps)
+		e.naps = 0
+	}
 	if e.rxFrames != 0 {
 		s.rxFrames.Add(e.rxFrames)
 		s.rxBytes.Add(e.rxBytes)

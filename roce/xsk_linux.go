@@ -164,6 +164,42 @@ func (m *multiQueue) Wait(timeout time.Duration) error {
 	return nil
 }
 
+// Nap lets every socket kick its pending transmissions, then sleeps on the
+// wake eventfd alone (link.Napper).
+func (m *multiQueue) Nap(timeout time.Duration) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed.Load() {
+		return link.ErrClosed
+	}
+	for _, s := range m.socks {
+		if err := s.Nap(0); err != nil {
+			return err
+		}
+	}
+	if m.socks[0].TxRefused() && (timeout < 0 || timeout > xsk.TxRetryWait) {
+		timeout = xsk.TxRetryWait
+	}
+	var ts *unix.Timespec
+	if timeout >= 0 {
+		m.ts = unix.NsecToTimespec(int64(timeout))
+		ts = &m.ts
+	}
+	efd := m.pfds[len(m.pfds)-1:]
+	efd[0].Revents = 0
+	_, err := unix.Ppoll(efd, ts, nil)
+	if efd[0].Revents&unix.POLLIN != 0 {
+		unix.Read(m.efd, m.drain[:])
+	}
+	if m.closed.Load() {
+		return link.ErrClosed
+	}
+	if err != nil && err != unix.EINTR {
+		return os.NewSyscallError("ppoll", err)
+	}
+	return nil
+}
+
 func (m *multiQueue) Wake() {
 	if !m.closed.Load() {
 		unix.Write(m.efd, m.one[:])

@@ -292,3 +292,43 @@ func TestPrivilegedXSKDestroyIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedXSKRxCoalesce: the receiving device of a stream of WRITEs
+// naps (Options.RxCoalesce) and the data lands intact; turned off, neither
+// device naps.
+func TestPrivilegedXSKRxCoalesce(t *testing.T) {
+	netlab.Privileged(t)
+	for _, c := range []struct {
+		name     string
+		coalesce time.Duration
+	}{{"default", 0}, {"off", -1}} {
+		t.Run(c.name, func(t *testing.T) {
+			topo := netlab.Pair(t, netlab.LinkConfig{MTU: 1500})
+			o := roce.Options{Link: roce.LinkXSK, RxCoalesce: c.coalesce}
+			p := &devPair{a: openIn(t, topo.A, o), b: openIn(t, topo.B, o)}
+			const size, msgs = 256 << 10, 32
+			x, y := connectRC(t, p, connCfg{bufSize: 2 * size, cqDepth: 64, maxWR: 64})
+			for i := range msgs {
+				fill(x.buf[:size], byte(i))
+				if err := x.qp.PostSend(roce.SendWR{ID: uint64(i), Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+					SGL: []roce.SGE{x.sge(0, size)}, RemoteAddr: y.mr.Addr() + size, RKey: y.mr.RKey()}); err != nil {
+					t.Fatal(err)
+				}
+				if wc := waitWC(t, x.scq); wc.Status != qp.WCSuccess {
+					t.Fatalf("WRITE %d: %+v", i, wc)
+				}
+				if !bytes.Equal(y.buf[size:], x.buf[:size]) {
+					t.Fatalf("WRITE %d: data differs", i)
+				}
+			}
+			sa, sb := p.a.Stats(), p.b.Stats()
+			t.Logf("receiver: %d frames, %d rounds, %d naps; sender: %d naps", sb.RxFrames, sb.Rounds, sb.Naps, sa.Naps)
+			if c.coalesce < 0 && sa.Naps+sb.Naps != 0 {
+				t.Errorf("receive coalescing off, yet %d + %d naps", sa.Naps, sb.Naps)
+			}
+			if c.coalesce == 0 && sb.Naps == 0 {
+				t.Errorf("no naps while receiving %d frames in %d rounds", sb.RxFrames, sb.Rounds)
+			}
+		})
+	}
+}

@@ -784,8 +784,16 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		s.ts = unix.NsecToTimespec(int64(timeout))
 		ts = &s.ts
 	}
-	s.pollFDs[0].Revents, s.pollFDs[1].Revents = 0, 0
-	_, err := unix.Ppoll(s.pollFDs[:], ts, nil)
+	return s.poll(s.pollFDs[:], ts)
+}
+
+// poll waits in ppoll for fds (the socket and the wake eventfd, or the
+// eventfd alone) and drains the eventfd.
+func (s *Socket) poll(fds []unix.PollFd, ts *unix.Timespec) error {
+	for i := range fds {
+		fds[i].Revents = 0
+	}
+	_, err := unix.Ppoll(fds, ts, nil)
 	if s.pollFDs[1].Revents&unix.POLLIN != 0 {
 		unix.Read(s.efd, s.drain[:])
 	}
@@ -796,6 +804,29 @@ func (s *Socket) Wait(timeout time.Duration) error {
 		return os.NewSyscallError("ppoll", err)
 	}
 	return nil
+}
+
+// Nap blocks until Wake is called or the timeout passes (negative: no
+// limit), not woken by received frames, which wait in the RX ring (see
+// link.Napper). Frames the kernel refused are kicked again first, and the
+// nap is then bounded by TxRetryWait as Wait is. It returns ErrClosed after
+// Close.
+func (s *Socket) Nap(timeout time.Duration) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return link.ErrClosed
+	}
+	if s.tx.pending() {
+		s.kickTx()
+		timeout = s.txStuckTimeout(timeout)
+	}
+	var ts *unix.Timespec
+	if timeout >= 0 {
+		s.ts = unix.NsecToTimespec(int64(timeout))
+		ts = &s.ts
+	}
+	return s.poll(s.pollFDs[1:], ts)
 }
 
 // Wake makes a concurrent or the next Wait return at once. Safe for
