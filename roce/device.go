@@ -141,7 +141,7 @@ type Stats struct {
 	TxErrors       uint64 // link Send failures (frames may be lost; the protocol retransmits)
 	RxErrors       uint64 // link Receive failures
 	Rounds         uint64 // engine rounds
-	Naps           uint64 // receive-coalescing sleeps (Options.RxCoalesce)
+	Naps           uint64 // receive-coalescing sleeps (Options.RxCoalesce; waits on links that cannot nap)
 	Wakeups        uint64 // Wake calls on the link by doorbells
 	QPs            int    // queue pairs alive
 	// Sums of the queue pairs' counters (roce/qp), destroyed ones included.
