@@ -100,13 +100,24 @@ func writeDepth(pmtu int) int { return 2 * qp.DefaultSendWindow / (64 << 10 / pm
 // A third sub-benchmark, interleaved, is the ratio to trust on a machine
 // shared with other work, where the load moves between the raw run and the
 // write run: it keeps both set up at once (raw sockets on one veth lab, two
-// devices on another, the same MTU) and runs 16 pairs of a slice of b.N/16
-// WRITEs and a slice of the same number of raw frames (alternately raw
-// first and write first), summing the time of each, so slow swings of the
-// load hit both alike. It reports Gb/s (WRITE payload), raw-payload-Gb/s,
-// pct-of-raw (from the summed times), pct-of-raw-median (the median of the
-// 16 pairs' ratios, which a burst of load during one slice cannot move) and
-// the CPU figures.
+// devices on another, the same MTU) and runs 16 slices, each of b.N/16
+// WRITEs and the same number of frames in three raw modes (rawMode), in a
+// rotating order, summing the time of each, so slow swings of the load hit
+// all alike. The raw modes take a WRITE's per-frame work apart:
+//
+//   - raw: frames counted, not read (the target's ceiling);
+//   - rawcopy: the receiver copies each payload out, as a WRITE must land
+//     its data;
+//   - rawdecode: also the ICRC sealed by the sender and the frame decoded
+//     and checked by the receiver (wire.Packet.DecodeWritable): everything
+//     but the protocol.
+//
+// It reports Gb/s (WRITE payload), raw-payload-Gb/s, pct-of-raw (from the
+// summed times), pct-of-raw-median (the median of the 16 slices' ratios,
+// which a burst of load during one slice cannot move), the same against
+// rawcopy and rawdecode, and the CPU figures. pct-of-rawdecode is the share
+// the protocol leaves; rawcopy and rawdecode against raw are what landing and
+// checking the data cost before any protocol (docs/status.md has figures).
 //
 // Run it as
 //
@@ -150,21 +161,25 @@ func benchInterleaved(b *testing.B, topo *netlab.Topo, pmtu, mtu int) {
 	wp := newWritePath(b, netlab.Pair(b, netlab.LinkConfig{MTU: mtu}), pmtu)
 	fpm := 64 << 10 / pmtu // data frames per message
 	const nSlices = 16
-	// The three runs of a slice: raw frames counted, raw frames whose
-	// payload the receiver copies out, WRITEs. Each accumulates its time,
-	// frames and CPU time, and the ratio of WRITE to it per slice.
+	// The runs of a slice: raw frames counted, raw frames whose payload the
+	// receiver copies out, raw frames with everything a WRITE does per frame
+	// but the protocol (rawDecode), WRITEs. Each accumulates its time, frames
+	// and CPU time, and the ratio of WRITE to it per slice.
 	type acc struct {
 		t, cpu time.Duration
 		frames int64
 		ratios []float64
 	}
-	var rawA, copyA, writeA acc
+	var rawA, copyA, decodeA, writeA acc
+	rawRun := func(mode rawMode) func(n int) (int64, time.Duration) {
+		return func(n int) (int64, time.Duration) { raw.mode.Store(int32(mode)); return raw.run(b, n*fpm) }
+	}
 	runs := []func(n int) (int64, time.Duration){
-		func(n int) (int64, time.Duration) { raw.copyRx.Store(false); return raw.run(b, n*fpm) },
-		func(n int) (int64, time.Duration) { raw.copyRx.Store(true); return raw.run(b, n*fpm) },
+		rawRun(rawCount), rawRun(rawCopy), rawRun(rawDecode),
 		func(n int) (int64, time.Duration) { return int64(n * fpm), wp.run(b, n) },
 	}
-	accs := []*acc{&rawA, &copyA, &writeA}
+	accs := []*acc{&rawA, &copyA, &decodeA, &writeA}
+	const w = 3 // index of the WRITE run
 	b.SetBytes(64 << 10)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -178,9 +193,9 @@ func benchInterleaved(b *testing.B, topo *netlab.Topo, pmtu, mtu int) {
 		}
 		// Rotate the order, so that a load that grows or shrinks across
 		// a slice favours none of the three.
-		var rate [3]float64
-		for k := range 3 {
-			j := (i + k) % 3
+		var rate [4]float64
+		for k := range len(runs) {
+			j := (i + k) % len(runs)
 			c0 := cpuTime(b)
 			got, el := runs[j](n)
 			a := accs[j]
@@ -191,15 +206,17 @@ func benchInterleaved(b *testing.B, topo *netlab.Topo, pmtu, mtu int) {
 				rate[j] = float64(got) / el.Seconds()
 			}
 		}
-		for j := range 2 {
+		for j := range w {
 			if rate[j] > 0 {
-				accs[j].ratios = append(accs[j].ratios, rate[2]/rate[j])
+				accs[j].ratios = append(accs[j].ratios, rate[w]/rate[j])
 			}
 		}
 	}
 	b.StopTimer()
-	if rawA.t <= 0 || copyA.t <= 0 || writeA.t <= 0 || rawA.frames == 0 || copyA.frames == 0 {
-		return
+	for _, a := range accs {
+		if a.t <= 0 || a.frames == 0 {
+			return
+		}
 	}
 	gbps := func(a *acc) float64 { return float64(a.frames) * float64(pmtu) * 8 / a.t.Seconds() / 1e9 }
 	cpu := func(a *acc) float64 { return float64(a.cpu.Nanoseconds()) / float64(a.frames) }
@@ -220,6 +237,10 @@ func benchInterleaved(b *testing.B, topo *netlab.Topo, pmtu, mtu int) {
 	b.ReportMetric(gbps(&copyA), "rawcopy-payload-Gb/s")
 	b.ReportMetric(100*gbps(&writeA)/gbps(&copyA), "pct-of-rawcopy")
 	b.ReportMetric(100*median(copyA.ratios), "pct-of-rawcopy-median")
+	b.ReportMetric(gbps(&decodeA), "rawdecode-payload-Gb/s")
+	b.ReportMetric(cpu(&decodeA), "rawdecode-cpu-ns/frame")
+	b.ReportMetric(100*gbps(&writeA)/gbps(&decodeA), "pct-of-rawdecode")
+	b.ReportMetric(100*median(decodeA.ratios), "pct-of-rawdecode-median")
 	reportRetx(b, wp.x.dev.Stats())
 }
 
@@ -377,11 +398,27 @@ type rawPath struct {
 	tmpl     []byte
 	bufs     [][]byte
 	received atomic.Int64
-	// copyRx makes the receiver copy each frame's payload out of the UMEM
-	// into a 64 KiB buffer, as a WRITE's responder copies it into the
-	// target region.
-	copyRx atomic.Bool
+	mode     atomic.Int32 // a rawMode: what each end does per frame
 }
+
+// rawMode is how much of a WRITE's per-frame work the raw run does.
+type rawMode int32
+
+const (
+	// rawCount: the sender copies the frame template into the UMEM (the one
+	// copy a WRITE makes on the sending side), the receiver counts frames
+	// without reading them: what AF_XDP itself allows.
+	rawCount rawMode = iota
+	// rawCopy: the receiver also copies each frame's payload out of the
+	// UMEM into a 64 KiB buffer, as a WRITE's responder copies it into the
+	// target region.
+	rawCopy
+	// rawDecode: the sender also seals the ICRC (wire.SetICRC) and the
+	// receiver decodes the frame with the ICRC check
+	// (wire.Packet.DecodeWritable, as the engine does) before copying the
+	// payload out: all a WRITE does per frame but the protocol.
+	rawDecode
+)
 
 func newRawPath(b *testing.B, topo *netlab.Topo, pmtu int) *rawPath {
 	r := &rawPath{tx: openRawEnd(b, topo.A), rx: openRawEnd(b, topo.B), bufs: make([][]byte, 64)}
@@ -406,21 +443,33 @@ func newRawPath(b *testing.B, topo *netlab.Topo, pmtu int) *rawPath {
 		sink := make([]byte, 64<<10)
 		hdr := len(r.tmpl) - pmtu - wire.ICRCLen
 		off := 0
+		var p wire.Packet
 		for {
 			n, err := r.rx.sock.Receive(frames)
 			if err != nil {
 				return
 			}
 			if n > 0 {
-				if r.copyRx.Load() {
+				got := n
+				switch rawMode(r.mode.Load()) {
+				case rawCopy:
 					for _, f := range frames[:n] {
 						if len(f) >= hdr+pmtu {
 							copy(sink[off:off+pmtu], f[hdr:hdr+pmtu])
 							off = (off + pmtu) % len(sink)
 						}
 					}
+				case rawDecode:
+					for _, f := range frames[:n] {
+						if p.DecodeWritable(f) != nil || len(p.Payload) != pmtu {
+							got-- // counted as lost
+							continue
+						}
+						copy(sink[off:off+pmtu], p.Payload)
+						off = (off + pmtu) % len(sink)
+					}
 				}
-				r.received.Add(int64(n))
+				r.received.Add(int64(got))
 				if n < len(frames) {
 					// Receive coalescing, as the engine does
 					// (roce.Options.RxCoalesce): without it the
@@ -465,8 +514,14 @@ func (r *rawPath) run(b *testing.B, n int) (int64, time.Duration) {
 			time.Sleep(time.Microsecond)
 		}
 		k := r.tx.sock.Alloc(r.bufs[:min(len(r.bufs), n-sent)])
+		seal := rawMode(r.mode.Load()) == rawDecode
 		for i := range k {
 			r.bufs[i] = r.bufs[i][:copy(r.bufs[i], r.tmpl)]
+			if seal {
+				if err := wire.SetICRC(r.bufs[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
 		if err := r.tx.sock.Send(r.bufs[:k]); err != nil {
 			b.Fatal(err)
