@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -119,6 +120,13 @@ func writeDepth(pmtu int) int { return 2 * qp.DefaultSendWindow / (64 << 10 / pm
 // the protocol leaves; rawcopy and rawdecode against raw are what landing and
 // checking the data cost before any protocol (docs/status.md has figures).
 //
+// interleaved-pinned is the same with each side's busiest thread on a CPU
+// of its own, alike for both: the raw sender and the requester's progress
+// goroutine (roce.Options.CPUs) on one CPU, the raw receiver and the
+// responder's on another. Left to the scheduler, a WRITE's three busy
+// goroutines (two engines and the poster) share two CPUs less well than
+// raw's two.
+//
 // Run it as
 //
 //	go test -run '^$' -bench PrivilegedXSKWriteVsRaw -benchtime 3s ./roce
@@ -148,17 +156,62 @@ func BenchmarkPrivilegedXSKWriteVsRaw(b *testing.B) {
 				}
 			})
 			b.Run("interleaved", func(b *testing.B) {
-				benchInterleaved(b, topo, c.pmtu, c.mtu)
+				benchInterleaved(b, topo, c.pmtu, c.mtu, nil)
+			})
+			b.Run("interleaved-pinned", func(b *testing.B) {
+				cpus := benchCPUs(b)
+				benchInterleaved(b, netlab.Pair(b, netlab.LinkConfig{MTU: c.mtu}), c.pmtu, c.mtu, cpus)
 			})
 		})
 	}
 }
 
+// benchCPUs returns two CPUs the benchmark may run on, for the sending and
+// the receiving side of interleaved-pinned, or skips.
+func benchCPUs(b *testing.B) []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		b.Fatal(err)
+	}
+	var cpus []int
+	for c := 0; c < len(set)*64 && len(cpus) < 2; c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) < 2 {
+		b.Skipf("pinning the two sides needs two CPUs; this process may use %d", set.Count())
+	}
+	return cpus
+}
+
+// pinThread locks the calling goroutine to its thread and restricts that to
+// cpu; the returned function undoes both. It may run on any goroutine, so
+// it reports failures with b.Error.
+func pinThread(b *testing.B, cpu int) (undo func()) {
+	runtime.LockOSThread()
+	var old, set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		b.Error(err)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		b.Errorf("pin to cpu %d: %v", cpu, err)
+	}
+	return func() {
+		_ = unix.SchedSetaffinity(0, &old)
+		runtime.UnlockOSThread()
+	}
+}
+
 // benchInterleaved: see BenchmarkPrivilegedXSKWriteVsRaw. topo carries the
-// raw frames; a second lab of the same MTU carries the WRITEs.
-func benchInterleaved(b *testing.B, topo *netlab.Topo, pmtu, mtu int) {
-	raw := newRawPath(b, topo, pmtu)
-	wp := newWritePath(b, netlab.Pair(b, netlab.LinkConfig{MTU: mtu}), pmtu)
+// raw frames; a second lab of the same MTU carries the WRITEs. With cpus
+// (interleaved-pinned) both sides are pinned alike: the raw sender and the
+// requester's device (roce.Options.CPUs) to cpus[0], the raw receiver and
+// the responder's device to cpus[1].
+func benchInterleaved(b *testing.B, topo *netlab.Topo, pmtu, mtu int, cpus []int) {
+	raw := newRawPath(b, topo, pmtu, cpus)
+	wp := newWritePath(b, netlab.Pair(b, netlab.LinkConfig{MTU: mtu}), pmtu, cpus)
 	fpm := 64 << 10 / pmtu // data frames per message
 	const nSlices = 16
 	// The runs of a slice: raw frames counted, raw frames whose payload the
@@ -255,8 +308,12 @@ type writePath struct {
 	ctx         context.Context
 }
 
-func newWritePath(b *testing.B, topo *netlab.Topo, pmtu int) *writePath {
-	p := openBenchPairOn(b, topo, roce.Options{Link: roce.LinkXSK})
+func newWritePath(b *testing.B, topo *netlab.Topo, pmtu int, cpus []int) *writePath {
+	oa, ob := roce.Options{Link: roce.LinkXSK}, roce.Options{Link: roce.LinkXSK}
+	if cpus != nil {
+		oa.CPUs, ob.CPUs = cpus[:1], cpus[1:2]
+	}
+	p := openBenchPairOn2(b, topo, oa, ob)
 	o := roce.DefaultConnectOptions()
 	x, y := connectRC(b, p, connCfg{bufSize: 2 << 20, maxWR: 256, cqDepth: 1024, opts: &o})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -310,11 +367,18 @@ func (w *writePath) reap(b *testing.B, block bool) {
 
 // openBenchPairOn opens devices on both ends of an existing lab.
 func openBenchPairOn(b *testing.B, topo *netlab.Topo, o roce.Options) *devPair {
+	return openBenchPairOn2(b, topo, o, o)
+}
+
+// openBenchPairOn2 opens devices on both ends of an existing lab, with
+// options of their own.
+func openBenchPairOn2(b *testing.B, topo *netlab.Topo, oa, ob roce.Options) *devPair {
 	var ds [2]*roce.Device
+	opts := []*roce.Options{&oa, &ob}
 	for i, e := range []*netlab.Iface{topo.A, topo.B} {
 		if err := e.NS.Do(func() error {
 			var err error
-			ds[i], err = roce.Open(e.Name, &o)
+			ds[i], err = roce.Open(e.Name, opts[i])
 			return err
 		}); err != nil {
 			b.Fatal(err)
@@ -371,7 +435,7 @@ func cpuTime(b *testing.B) time.Duration {
 // the payload-Gb/s the received frames carry and the CPU time per received
 // frame (ns).
 func benchRawWriteFrames(b *testing.B, topo *netlab.Topo, pmtu int) (gbps, cpuPerFrame float64) {
-	r := newRawPath(b, topo, pmtu)
+	r := newRawPath(b, topo, pmtu, nil)
 	b.SetBytes(int64(len(r.tmpl)))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -399,6 +463,7 @@ type rawPath struct {
 	bufs     [][]byte
 	received atomic.Int64
 	mode     atomic.Int32 // a rawMode: what each end does per frame
+	cpus     []int        // sender's and receiver's CPU, or nil
 }
 
 // rawMode is how much of a WRITE's per-frame work the raw run does.
@@ -420,8 +485,8 @@ const (
 	rawDecode
 )
 
-func newRawPath(b *testing.B, topo *netlab.Topo, pmtu int) *rawPath {
-	r := &rawPath{tx: openRawEnd(b, topo.A), rx: openRawEnd(b, topo.B), bufs: make([][]byte, 64)}
+func newRawPath(b *testing.B, topo *netlab.Topo, pmtu int, cpus []int) *rawPath {
+	r := &rawPath{tx: openRawEnd(b, topo.A), rx: openRawEnd(b, topo.B), bufs: make([][]byte, 64), cpus: cpus}
 	pkt := wire.Packet{
 		DstMAC: [6]byte(topo.B.HWAddr), SrcMAC: [6]byte(topo.A.HWAddr),
 		SrcIP: topo.A.IPv4, DstIP: topo.B.IPv4, TTL: 64, IPFlags: 2,
@@ -439,6 +504,9 @@ func newRawPath(b *testing.B, topo *netlab.Topo, pmtu int) *rawPath {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if cpus != nil {
+			defer pinThread(b, cpus[1])()
+		}
 		frames := make([][]byte, 64)
 		sink := make([]byte, 64<<10)
 		hdr := len(r.tmpl) - pmtu - wire.ICRCLen
@@ -501,6 +569,9 @@ func newRawPath(b *testing.B, topo *netlab.Topo, pmtu int) *rawPath {
 // they arrived or nothing arrived for 20 ms. It returns how many arrived and
 // the time until the last did.
 func (r *rawPath) run(b *testing.B, n int) (int64, time.Duration) {
+	if r.cpus != nil {
+		defer pinThread(b, r.cpus[0])()
+	}
 	base := r.received.Load()
 	recv := func() int64 { return r.received.Load() - base }
 	start := time.Now()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,19 @@ type Options struct {
 	// MaxMRs limits the memory regions registered at once (default
 	// mr.DefaultMaxMRs); RegMR beyond it fails with ErrLimit.
 	MaxMRs int
+	// CPUs, when not empty, pins the device's progress goroutine: it is
+	// locked to its OS thread (runtime.LockOSThread) and that thread may run
+	// only on these CPUs (sched_setaffinity). The progress goroutine does all
+	// of a device's protocol work and, over AF_XDP in copy mode, the send
+	// calls in which the kernel copies frames out, so it is a transfer's
+	// busiest thread; left to the Go scheduler it moves between CPUs and
+	// shares them with the application. Give it a CPU of its own (two
+	// devices in one process: two CPUs). Every CPU must be one the calling
+	// thread may run on; NewDevice and Open fail otherwise. When the device
+	// closes, the thread gets its former affinity back and ends with the
+	// goroutine (the runtime does not reuse a thread left locked). nil (the
+	// default) leaves placement to the scheduler. Linux only.
+	CPUs []int
 }
 
 // DefaultRxCoalesce is the default of Options.RxCoalesce. The kernel adds
@@ -263,6 +277,12 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	if o.RxCoalesce == 0 {
 		o.RxCoalesce = DefaultRxCoalesce
 	}
+	if len(o.CPUs) > 0 {
+		if err := checkCPUs(o.CPUs); err != nil {
+			return nil, fmt.Errorf("roce: new device: %w", err)
+		}
+		o.CPUs = slices.Clone(o.CPUs)
+	}
 	props := l.Props()
 	if props.MTU < 256+80 {
 		return nil, fmt.Errorf("roce: new device: link MTU %d is below the smallest RoCE path MTU (256 + headers)", props.MTU)
@@ -307,7 +327,12 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	d.gids = buildGIDTable(d.hw, o.Addrs)
 	d.ifname, d.reason = ifname, reason
 	e := newEngine(d)
-	go e.run()
+	started := make(chan error, 1)
+	go e.run(started)
+	if err := <-started; err != nil {
+		<-d.done
+		return nil, fmt.Errorf("roce: new device: %w", err)
+	}
 	return d, nil
 }
 

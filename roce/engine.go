@@ -52,10 +52,27 @@ func newEngine(d *Device) *engine {
 	return e
 }
 
-func (e *engine) run() {
+// run is the progress goroutine. It reports on started whether it could pin
+// itself (Options.CPUs) before it does anything else.
+func (e *engine) run(started chan<- error) {
 	d := e.d
 	defer close(d.done)
 	defer e.tx.release()
+	if len(d.opts.CPUs) > 0 {
+		// Locked and never unlocked: the runtime ends the thread with
+		// the goroutine instead of reusing it. When the goroutine ran on
+		// the main thread, which cannot end, the runtime parks that for
+		// good instead: restore runs first, so neither keeps the
+		// narrowed mask.
+		runtime.LockOSThread()
+		restore, err := pinThread(d.opts.CPUs)
+		if err != nil {
+			started <- err
+			return
+		}
+		defer restore()
+	}
+	started <- nil
 	busy := int64(d.opts.BusyPoll)
 	coalesce := d.opts.RxCoalesce
 	if busy > 0 {

@@ -42,6 +42,7 @@ func TestPrivilegedBench(t *testing.T) {
 		args []string
 	}{
 		{"write", []string{"--size", "64KiB", "--iters", "300"}},
+		{"write", []string{"--size", "64KiB", "--iters", "300", "--cpu", "0"}}, // progress threads pinned
 		{"write", []string{"--size", "4KiB", "--iters", "300", "--qps", "3"}},
 		{"read", []string{"--size", "64KiB", "--iters", "300"}},
 		{"send", []string{"--size", "1000", "--iters", "300"}},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,11 +42,47 @@ func (l *linkFlag) Set(s string) error {
 	return nil
 }
 
+// cpuFlag is --cpu LIST: CPUs as "3", "2,3" or "0-3,8".
+type cpuFlag struct{ cpus []int }
+
+func (c *cpuFlag) String() string {
+	if c == nil || len(c.cpus) == 0 {
+		return ""
+	}
+	parts := make([]string, len(c.cpus))
+	for i, n := range c.cpus {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c *cpuFlag) Set(s string) error {
+	var cpus []int
+	for part := range strings.SplitSeq(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, errA := strconv.Atoi(lo)
+		b := a
+		var errB error
+		if isRange {
+			b, errB = strconv.Atoi(hi)
+		}
+		if errA != nil || errB != nil || a < 0 || b < a || b > 4095 {
+			return fmt.Errorf("bad CPU list %q (want CPU numbers and ranges such as 3, 2,3 or 0-3)", s)
+		}
+		for n := a; n <= b; n++ {
+			cpus = append(cpus, n)
+		}
+	}
+	c.cpus = cpus
+	return nil
+}
+
 // deviceFlags are the flags of the commands that open a device.
 type deviceFlags struct {
 	dev     string
 	link    linkFlag
 	capture string
+	cpu     cpuFlag
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
@@ -54,6 +91,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
 	}
 	fs.Var(&d.link, "link", "frame `path`: auto (AF_XDP when privileged, else kernel UDP), xsk (AF_XDP only) or udp")
 	fs.StringVar(&d.capture, "capture", "", "write every RoCE frame sent and received to `FILE` (pcapng; read it with 'xdproce dump' or Wireshark)")
+	fs.Var(&d.cpu, "cpu", "pin the device's progress thread to the CPUs in `LIST` (e.g. 3 or 2-3): a CPU of its own speeds up transfers; default: unpinned")
 }
 
 // device is an open roce.Device with its capture file.
@@ -74,7 +112,7 @@ func openDevice(cmd string, d *deviceFlags) (*device, error) {
 		return nil, fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", d.dev)
 	}
 	out := &device{}
-	o := &roce.Options{Link: d.link.kind}
+	o := &roce.Options{Link: d.link.kind, CPUs: d.cpu.cpus}
 	if d.capture != "" {
 		f, err := os.Create(d.capture)
 		if err != nil {

@@ -92,6 +92,8 @@ func TestTransferUsageErrors(t *testing.T) {
 		{[]string{"send", "--dev", "lo", "127.0.0.1"}, "want HOST FILE"},
 		{[]string{"send", "127.0.0.1", f}, "--dev IF is required"},
 		{[]string{"send", "--dev", "lo", "--link", "carrier-pigeon", "127.0.0.1", f}, `unknown link "carrier-pigeon"`},
+		{[]string{"send", "--dev", "lo", "--cpu", "1-x", "127.0.0.1", f}, `bad CPU list "1-x"`},
+		{[]string{"serve", "--dev", "lo", "--cpu", "3-1"}, `bad CPU list "3-1"`},
 		{[]string{"send", "--dev", "lo", "127.0.0.1", f, "--name", "../etc/passwd"}, "--name"},
 		{[]string{"send", "--bogus", "--dev", "lo", "127.0.0.1", f}, "flag provided but not defined: -bogus"},
 		{[]string{"get", "--dev", "lo", "127.0.0.1"}, "want HOST NAME [FILE]"},
@@ -120,6 +122,8 @@ func TestTransferBadInput(t *testing.T) {
 	oneErrorLine(t, "missing file", runBinary(t, "send", "--dev", "lo", "--link", "udp", "127.0.0.1", filepath.Join(dir, "nope")), 1,
 		"no such file or directory")
 	oneErrorLine(t, "unknown interface", runBinary(t, "send", "--dev", "nosuch0", "127.0.0.1", f), 1, `unknown interface "nosuch0"`)
+	oneErrorLine(t, "a CPU the process may not use", runBinary(t, "send", "--dev", "lo", "--link", "udp", "--cpu", "4095", "127.0.0.1", f), 1,
+		"cpu 4095 is not one this process may run on")
 	oneErrorLine(t, "unknown interface", runBinary(t, "get", "--dev", "nosuch0", "127.0.0.1", "f", filepath.Join(dir, "g")), 1, `unknown interface "nosuch0"`)
 	oneErrorLine(t, "serve into a missing directory", runBinary(t, "serve", "--dev", "lo", "--dir", filepath.Join(dir, "nope")), 1, "not a directory")
 	oneErrorLine(t, "info of a missing interface", runBinary(t, "info", "nosuch0"), 1, `unknown interface "nosuch0"`)
