@@ -16,6 +16,7 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) build $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
 
 # unit + privileged tests (privileged ones skip when not root unless XDPROCE_REQUIRE_PRIV=1),
 # the interop suite on its own (its QEMU guest needs a core: running it beside the other

@@ -55,8 +55,6 @@ func recvMsg(tb testing.TB, p *pair, c *Channel, max int) []byte {
 	return buf[:n]
 }
 
-func (e *fakeEnd) count(op Op) int64 { return e.posted[op].Load() }
-
 // n returns how many WRITE_WITH_IMMs of the given kind e has executed.
 func (e *fakeEnd) n(kind uint32) int64 { return e.kinds[kind].Load() }
 

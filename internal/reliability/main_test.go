@@ -10,9 +10,6 @@ import (
 var (
 	long = flag.Bool("long", false, "run the long variants (256 MiB transfers through the relay)")
 	soak = flag.Duration("soak", 20*time.Second, "duration of TestPrivilegedSoak (2m in CI's long run)")
-	// knownBugs runs the tests of bugs found here and not fixed yet: they
-	// fail until the owning package is fixed (see each test's comment).
-	knownBugs = flag.Bool("knownbugs", false, "run the tests of known, unfixed bugs (they fail)")
 )
 
 // childEnv, when set, makes the test binary act as the peer process of

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ func buildCLI(t *testing.T, dir string) string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("no go on PATH: %v", err)
 	}
 	bin := filepath.Join(dir, "xdproce")
 	cmd := exec.Command(goTool, "build", "-o", bin, "github.com/xdproce/xdproce/cmd/xdproce")

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -330,6 +329,3 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 	res.finish(start)
 	return res, nil
 }
-
-// logger returns the server's logger.
-func (s *Server) logger() *slog.Logger { return s.Options.withDefaults().Log }

@@ -77,22 +77,21 @@ type pair struct {
 }
 
 type pairOpts struct {
-	typ         Type
-	mtu         wire.MTU
-	access      mr.Access
-	timeout     uint8
-	retry       uint8
-	rnrRetry    uint8
-	minRNR      uint8
-	rdAtomic    uint8
-	destRdAtom  uint8 // max_dest_rd_atomic; 0: 16
-	maxWR       int
-	window      int
-	cqDepth     int
-	noConnect   bool
-	f           faults
-	maxInline   int
-	recvAccessB *mr.Access
+	typ        Type
+	mtu        wire.MTU
+	access     mr.Access
+	timeout    uint8
+	retry      uint8
+	rnrRetry   uint8
+	minRNR     uint8
+	rdAtomic   uint8
+	destRdAtom uint8 // max_dest_rd_atomic; 0: 16
+	maxWR      int
+	window     int
+	cqDepth    int
+	noConnect  bool
+	f          faults
+	maxInline  int
 }
 
 func (o pairOpts) maxDestRdAtomic() uint8 {
