@@ -5,12 +5,17 @@ BENCHTIME ?= 1x
 PKGS      ?= ./...
 export CGO_ENABLED ?= 0
 
-.PHONY: all build test vet unit race interop-test bench-smoke fuzz bench generate generate-check demo interop clean
+.PHONY: all build deps test vet unit race interop-test bench-smoke fuzz bench generate generate-check demo interop clean
 
 all: build
 
 build:
 	$(GO) build -o bin/xdproce ./cmd/xdproce
+
+# The Debian packages the test stages need: installed when run as root, otherwise named with
+# the stages that will skip without them (scripts/deps.sh).
+deps:
+	@./scripts/deps.sh
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
@@ -22,7 +27,7 @@ vet:
 # the interop suite on its own (its QEMU guest needs a core: running it beside the other
 # packages starves their timers), every benchmark once as a smoke run, then every fuzz
 # target for $(FUZZTIME).
-test: vet generate-check unit race interop-test bench-smoke fuzz
+test: deps vet generate-check unit race interop-test bench-smoke fuzz
 	@echo "make test: all stages passed"
 
 UNIT_PKGS = $$($(GO) list $(PKGS) | grep -v '/interop$$')

@@ -14,6 +14,11 @@ pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
   mapfile -t pkgs < <(go list ./...)
 fi
+if ! command -v gcc >/dev/null 2>&1; then
+  echo "race: skipped, no gcc (apt-get install gcc libc6-dev): the race detector needs cgo"
+  [ "${XDPROCE_REQUIRE_PRIV:-}" = 1 ] && exit 1
+  exit 0
+fi
 short=-short
 [ "${RACE_SHORT:-1}" = 0 ] && short=
 start=$(date +%s)
