@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -38,16 +39,20 @@ MTU --mtu), runs 'xdproce serve' in one and 'xdproce send' in the other, and
 sends --size bytes of random data by RDMA WRITE. It then checks that the
 SHA-256 of the file on disk matches what was sent, prints which link carried
 the frames ("AF_XDP (native)" or "UDP"), the throughput, and where the
-sender's pcapng capture was written, and removes the lab, also when
-interrupted.
+sender's pcapng capture was written, and removes the lab and its files on
+every exit: success, failure, Ctrl-C, SIGTERM, or a closed stdout
+('xdproce demo | head -n 1'). Labs and work directories left by a demo that
+was killed outright (SIGKILL) are removed by the next demo.
 
 Without root (no network namespaces, no AF_XDP) it says so and runs the same
 transfer between two devices over kernel UDP sockets on 127.0.0.1 and
 127.0.0.2 in this process.
 
 The capture holds every frame: 'xdproce dump --verify FILE' checks every
-ICRC, and Wireshark decodes it (RoCEv2 on UDP port 4791). --capture ""
-turns it off.
+ICRC, and Wireshark decodes it (RoCEv2 on UDP port 4791). By default it goes
+to a new file per run, $TMPDIR/xdproce-demo-*.pcapng (the path is printed);
+--capture FILE names one, --capture "" turns it off. A capture that cannot be
+read back fails the demo.
 
 EXAMPLES
   sudo make demo
@@ -63,7 +68,7 @@ func setupDemo(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	var lf linkFlag
 	lf.kind = roce.LinkXSK
 	fs.Var(&lf, "link", "frame `path` in the lab: xsk (AF_XDP) or udp (kernel UDP sockets)")
-	capPath := fs.String("capture", filepath.Join(os.TempDir(), "xdproce-demo.pcapng"), "write the sender's frames to `FILE` (pcapng); empty for none")
+	capPath := fs.String("capture", defaultCapture, "write the sender's frames to `FILE` (pcapng); empty for none; default a new $TMPDIR/xdproce-demo-*.pcapng")
 	mtu := fs.Int("mtu", 9000, "MTU of the lab's veth pair (1500: path MTU 1024; 9000: path MTU 4096)")
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce demo"
@@ -84,6 +89,9 @@ func setupDemo(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	}
 }
 
+// defaultCapture stands for "a new capture file for this run".
+const defaultCapture = "\x00per-run"
+
 type demo struct {
 	env     *Env
 	size    int64
@@ -92,17 +100,47 @@ type demo struct {
 	mtu     int
 	work    string // temporary directory
 	srcSum  string
+	cancel  context.CancelFunc // stops the run when stdout is gone
 }
 
-func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.env.Stdout, format+"\n", args...) }
+// say prints a line on stdout. When stdout is a closed pipe ('demo | head')
+// the run is cancelled so that it cleans up at once instead of finishing
+// a transfer nobody sees.
+func (d *demo) say(format string, args ...any) {
+	if _, err := fmt.Fprintf(d.env.Stdout, format+"\n", args...); err != nil && d.cancel != nil {
+		d.cancel()
+	}
+}
 
-func (d *demo) run(ctx context.Context) error {
-	work, err := os.MkdirTemp("", "xdproce-demo-")
+func (d *demo) run(ctx context.Context) (err error) {
+	ctx, d.cancel = context.WithCancel(ctx)
+	defer d.cancel()
+	// A write to a closed stdout must come back as EPIPE, not kill the
+	// process with SIGPIPE before the lab is removed.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	reapDemoDirs(d.env)
+	work, err := os.MkdirTemp("", demoDirPrefix(os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	d.work = work
 	defer os.RemoveAll(work)
+	if d.capPath == defaultCapture {
+		f, cerr := os.CreateTemp("", "xdproce-demo-*.pcapng")
+		if cerr != nil {
+			return fmt.Errorf("demo: capture: %w", cerr)
+		}
+		f.Close()
+		d.capPath = f.Name()
+		// A run that fails leaves no capture of its own behind.
+		defer func() {
+			if err != nil {
+				os.Remove(d.capPath)
+			}
+		}()
+	}
 	src := filepath.Join(work, "demo.bin")
 	if d.srcSum, err = writeRandom(src, d.size); err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -168,6 +206,7 @@ func (d *demo) lab(ctx context.Context, src string) (err error) {
 		"--listen", ctrlAddr, "--json")
 	var serverOut, serverErr bytes.Buffer
 	server.Stdout, server.Stderr = &serverOut, &serverErr
+	server.SysProcAttr = dieWithParent()
 	server.Cancel = func() error { return server.Process.Signal(os.Interrupt) }
 	server.WaitDelay = 3 * time.Second
 	if err := server.Start(); err != nil {
@@ -181,13 +220,21 @@ func (d *demo) lab(ctx context.Context, src string) (err error) {
 	}()
 
 	sendArgs := []string{"send", "--dev", cli.Name, "--link", linkArg, "--name", "demo.bin", "--json", "--connect-timeout", "10s"}
+	var clientErr bytes.Buffer
+	clientStderr := io.Writer(&clientErr)
+	if isTerminal(d.env.Stderr) {
+		// The sender's progress bar, passed through.
+		sendArgs = append(sendArgs, "--progress")
+		clientStderr = io.MultiWriter(d.env.Stderr, &clientErr)
+	}
 	if d.capPath != "" {
 		sendArgs = append(sendArgs, "--capture", d.capPath)
 	}
 	sendArgs = append(sendArgs, srv.IPv4.String(), src)
 	client := cli.NS.Command(ctx, exe, sendArgs...)
-	var clientOut, clientErr bytes.Buffer
-	client.Stdout, client.Stderr = &clientOut, &clientErr
+	var clientOut bytes.Buffer
+	client.Stdout, client.Stderr = &clientOut, clientStderr
+	client.SysProcAttr = dieWithParent()
 	client.Cancel = func() error { return client.Process.Signal(os.Interrupt) }
 	client.WaitDelay = 3 * time.Second
 	d.say("sending %s of random data from %v to %v by RDMA WRITE ...", humanBytes(d.size), cli.IPv4, srv.IPv4)
@@ -296,7 +343,9 @@ func (d *demo) report(res xfer.Result, received string) error {
 		n, bad, err := countCapture(d.capPath)
 		switch {
 		case err != nil:
-			d.say("capture: %s (unreadable: %v)", d.capPath, err)
+			return fmt.Errorf("demo: capture %s is unreadable: %w", d.capPath, err)
+		case n == 0:
+			return fmt.Errorf("demo: capture %s holds no RoCE frame", d.capPath)
 		case bad > 0:
 			return fmt.Errorf("demo: capture %s: %d of %d RoCE frames do not verify", d.capPath, bad, n)
 		default:

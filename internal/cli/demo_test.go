@@ -118,3 +118,110 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// demoLeftovers lists what a demo process with that pid could leave behind:
+// its lab namespaces, its work directory and processes started with it.
+func demoLeftovers(t *testing.T, pid int) []string {
+	t.Helper()
+	left := labNamespaces(t, pid)
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), demoDirPrefix(pid)+"*"))
+	left = append(left, dirs...)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(demoDirPrefix(pid))) {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		}
+	}
+	return left
+}
+
+// TestPrivilegedDemoHead: 'xdproce demo | head -n 1': stdout closes after the
+// first line; the demo stops and leaves no namespace, directory or process.
+func TestPrivilegedDemoHead(t *testing.T) {
+	testenv.Privileged(t)
+	start := time.Now()
+	cmd := exec.Command(binary, "demo", "--size", "256MiB")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e syncBuffer
+	cmd.Stderr = &e
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	line := make([]byte, 0, 256)
+	var b [1]byte
+	for len(line) < 256 {
+		if n, err := stdout.Read(b[:]); n == 0 || err != nil || b[0] == '\n' {
+			break
+		}
+		line = append(line, b[0])
+	}
+	stdout.Close() // what head does after its line
+	if !strings.HasPrefix(string(line), "lab: namespaces xdl-") {
+		t.Errorf("first line %q, want the lab line", line)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("demo still running 30 s after its stdout closed:\n%s", e.String())
+	}
+	if left := demoLeftovers(t, cmd.Process.Pid); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	// The per-run capture of a run that did not finish is removed too.
+	caps, _ := filepath.Glob(filepath.Join(os.TempDir(), "xdproce-demo-*.pcapng"))
+	for _, c := range caps {
+		if st, err := os.Stat(c); err == nil && st.ModTime().After(start) {
+			t.Errorf("capture of the interrupted run left: %s", c)
+		}
+	}
+}
+
+// TestPrivilegedDemoKilled: a demo killed outright (SIGKILL) takes its serve
+// with it, and the next demo removes the lab and work directory it left.
+func TestPrivilegedDemoKilled(t *testing.T) {
+	testenv.Privileged(t)
+	cmd := exec.Command(binary, "demo", "--size", "1GiB", "--capture", "")
+	var o, e syncBuffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(o.String(), "sending") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("the demo never started sending:\n%s%s", o.String(), e.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	<-done
+	pid := cmd.Process.Pid
+	// The children die with it (SIGTERM from the kernel); give them a moment.
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if len(demoLeftovers(t, pid)) == len(labNamespaces(t, pid))+1 { // the directory stays until the next demo
+			break
+		}
+	}
+	if len(labNamespaces(t, pid)) == 0 {
+		t.Fatal("SIGKILL left no lab to reap: the test proves nothing")
+	}
+	capPath := filepath.Join(t.TempDir(), "next.pcapng")
+	if r := runBinary(t, "demo", "--size", "1MiB", "--capture", capPath); r.code != 0 {
+		t.Fatalf("next demo: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if left := demoLeftovers(t, pid); len(left) != 0 {
+		t.Errorf("left behind by the killed demo after the next one: %v", left)
+	}
+}

@@ -180,8 +180,8 @@ type progressBar struct {
 	drawn bool
 }
 
-func newProgress(w io.Writer, label string) *progressBar {
-	if !isTerminal(w) {
+func newProgress(w io.Writer, label string, force bool) *progressBar {
+	if !force && !isTerminal(w) {
 		return nil
 	}
 	return &progressBar{w: w, label: label, start: time.Now()}

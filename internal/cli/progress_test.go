@@ -11,8 +11,11 @@ import (
 // sizes, a rate and an ETA, is throttled, and its line ends on finish.
 func TestProgressBar(t *testing.T) {
 	var buf bytes.Buffer
-	if p := newProgress(&buf, "x"); p != nil {
+	if p := newProgress(&buf, "x", false); p != nil {
 		t.Fatal("progress bar on a bytes.Buffer")
+	}
+	if p := newProgress(&buf, "x", true); p == nil {
+		t.Fatal("no progress bar when forced (send --progress)")
 	}
 	var nilBar *progressBar
 	nilBar.finish() // no-op

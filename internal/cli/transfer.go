@@ -81,6 +81,7 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
 	enl := fs.Bool("enlarge", false, "send through an enlargement channel (small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA WRITE into a staging buffer")
+	forceBar := fs.Bool("progress", false, "draw the progress bar on stderr even when it is not a terminal")
 	var tf tlsFlags
 	tf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -120,7 +121,7 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
-		bar := newProgress(env.Stderr, *name)
+		bar := newProgress(env.Stderr, *name, *forceBar)
 		o := &xfer.Options{Log: env.Log}
 		if bar != nil {
 			o.Progress = bar.update
@@ -176,7 +177,7 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		if err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
-		bar := newProgress(env.Stderr, name)
+		bar := newProgress(env.Stderr, name, false)
 		o := &xfer.Options{Log: env.Log}
 		if bar != nil {
 			o.Progress = bar.update
