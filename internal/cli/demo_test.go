@@ -60,27 +60,7 @@ func TestPrivilegedDemo(t *testing.T) {
 // with one error line and exit 1, and the lab is gone.
 func TestPrivilegedDemoInterrupted(t *testing.T) {
 	testenv.Privileged(t)
-	cmd := exec.Command(binary, "demo", "--size", "1GiB", "--capture", "")
-	var o, e syncBuffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(o.String(), "sending") {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-done
-			t.Fatalf("the demo never started sending:\n%s%s", o.String(), e.String())
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("demo ended before it was interrupted (%v):\n%s%s", err, o.String(), e.String())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	cmd, o, e, done := startDemoSending(t)
 	if len(labNamespaces(t, cmd.Process.Pid)) == 0 {
 		t.Fatalf("no lab namespaces while sending")
 	}
@@ -188,23 +168,7 @@ func TestPrivilegedDemoHead(t *testing.T) {
 // with it, and the next demo removes the lab and work directory it left.
 func TestPrivilegedDemoKilled(t *testing.T) {
 	testenv.Privileged(t)
-	cmd := exec.Command(binary, "demo", "--size", "1GiB", "--capture", "")
-	var o, e syncBuffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(o.String(), "sending") {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-done
-			t.Fatalf("the demo never started sending:\n%s%s", o.String(), e.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	cmd, _, _, done := startDemoSending(t)
 	cmd.Process.Kill()
 	<-done
 	pid := cmd.Process.Pid
@@ -224,4 +188,32 @@ func TestPrivilegedDemoKilled(t *testing.T) {
 	if left := demoLeftovers(t, pid); len(left) != 0 {
 		t.Errorf("left behind by the killed demo after the next one: %v", left)
 	}
+}
+
+// startDemoSending starts a 1 GiB demo without a capture and returns once it
+// says it is sending (the lab exists); done receives its Wait's result.
+func startDemoSending(t *testing.T) (cmd *exec.Cmd, o, e *syncBuffer, done chan error) {
+	t.Helper()
+	cmd = exec.Command(binary, "demo", "--size", "1GiB", "--capture", "")
+	o, e = new(syncBuffer), new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = o, e
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(o.String(), "sending") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("the demo never started sending:\n%s%s", o.String(), e.String())
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before it was stopped (%v):\n%s%s", err, o.String(), e.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return cmd, o, e, done
 }
