@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
 func TestPingpongDestErrors(t *testing.T) {
@@ -76,7 +78,7 @@ func TestPerftestDestRoundTrip(t *testing.T) {
 // A peer that closes mid-exchange gives ErrProtocol, and a context that ends unblocks a side
 // waiting for a peer that never answers.
 func TestPerftestPeerFailures(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testenv.TCPPair(t)
 	go func(s net.Conn) {
 		b := make([]byte, 16)
 		s.Read(b)
@@ -88,7 +90,7 @@ func TestPerftestPeerFailures(t *testing.T) {
 		t.Errorf("peer closing mid-message: %v, want ErrProtocol saying the peer closed", err)
 	}
 
-	c, _ = tcpPair(t) // the server never answers
+	c, _ = testenv.TCPPair(t) // the server never answers
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
@@ -100,7 +102,7 @@ func TestPerftestPeerFailures(t *testing.T) {
 		t.Errorf("returned after %v", d)
 	}
 
-	c, s = tcpPair(t)
+	c, s = testenv.TCPPair(t)
 	go func(s net.Conn) {
 		b := make([]byte, 16)
 		s.Read(b)
@@ -114,7 +116,7 @@ func TestPerftestPeerFailures(t *testing.T) {
 // Against an older perftest the formats change with its version: no system data before 5.32,
 // a 4-byte MTU before 5.31, 4-byte iteration counts before 5.33.
 func TestPerftestOldPeer(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testenv.TCPPair(t)
 	peer := NewPerftestConn(s, false)
 	errc := make(chan error, 1)
 	var got []byte
@@ -170,7 +172,7 @@ func TestPerftestOldPeer(t *testing.T) {
 }
 
 func TestPingpongPeerFailures(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testenv.TCPPair(t)
 	go func(s net.Conn) {
 		b := make([]byte, PingpongMsgLen)
 		s.Read(b)
@@ -180,7 +182,7 @@ func TestPingpongPeerFailures(t *testing.T) {
 		t.Errorf("garbage answer: %v, want ErrProtocol", err)
 	}
 
-	c, s = tcpPair(t)
+	c, s = testenv.TCPPair(t)
 	go func(s net.Conn) {
 		d, _ := PingpongDest{QPN: 2}.Marshal()
 		s.Write(d)
@@ -194,7 +196,7 @@ func TestPingpongPeerFailures(t *testing.T) {
 		t.Errorf("client without done: %v (connect called %v), want ErrProtocol after connect", err, called)
 	}
 
-	c, s = tcpPair(t)
+	c, s = testenv.TCPPair(t)
 	go func(s net.Conn) {
 		d, _ := PingpongDest{QPN: 2}.Marshal()
 		s.Write(d)
@@ -204,7 +206,7 @@ func TestPingpongPeerFailures(t *testing.T) {
 		t.Errorf("connect failure: %v, want it wrapped", err)
 	}
 
-	c, _ = tcpPair(t)
+	c, _ = testenv.TCPPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := ServePingpong(ctx, c, PingpongDest{}, nil); !errors.Is(err, context.DeadlineExceeded) {

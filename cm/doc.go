@@ -19,11 +19,9 @@
 //
 // The protocol types are plain values and know nothing of queue pairs or devices: the caller
 // moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong and
-// PerftestSetup are where that happens). ToolPeer puts the two together over package roce: it
-// runs what ibv_rc_pingpong and the perftest tools do (both roles, their data loops, their
-// output lines), so `xdproce pingpong` and `xdproce bench --perftest` are thin; package interop
-// checks it against the real tools. Conn.SendValue and RecvValue let a caller carry its own
-// JSON messages over a connection Dial or Accept set up.
+// PerftestSetup are where that happens); internal/toolpeer drives a roce queue pair through
+// these exchanges as the tools do, for the CLI's pingpong and bench commands. Conn.SendValue and
+// RecvValue let a caller carry its own JSON messages over a connection Dial or Accept set up.
 //
 // Errors: ErrVersionMismatch, ErrFingerprintMismatch and ErrProtocol are sentinels callers may
 // branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)

@@ -8,59 +8,21 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/xdproce/xdproce/internal/pcaptest"
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
-// segment is one TCP payload of a captured out-of-band exchange.
-type segment struct {
-	fromClient bool
-	data       []byte
-}
+type segment = pcaptest.Segment
 
-// capturedExchange returns the TCP payloads to and from port 18515 in a capture, in order.
-// The captures in testdata are real: rxe peers running rdma-core's and perftest's tools
-// (see testdata/README).
+// capturedExchange returns the TCP payloads to and from port 18515 in a capture of testdata, in
+// order. The captures are real: rxe peers running rdma-core's and perftest's tools (see
+// testdata/README).
 func capturedExchange(t *testing.T, name string) []segment {
-	t.Helper()
-	f, err := os.Open("testdata/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var segs []segment
-	for {
-		data, _, err := r.ReadPacketData()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := gopacket.NewPacket(data, r.LinkType(), gopacket.Default)
-		tl, ok := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
-		if !ok || len(tl.Payload) == 0 {
-			continue
-		}
-		if tl.DstPort != DefaultPort && tl.SrcPort != DefaultPort {
-			continue
-		}
-		segs = append(segs, segment{fromClient: tl.DstPort == DefaultPort, data: append([]byte(nil), tl.Payload...)})
-	}
-	if len(segs) == 0 {
-		t.Fatalf("%s: no TCP payload on port %d", name, DefaultPort)
-	}
-	return segs
+	return pcaptest.TCPExchange(t, "testdata/"+name, DefaultPort)
 }
 
 // writeLog records every Write on a connection, so tests can check message boundaries.
@@ -83,52 +45,23 @@ func (w *writeLog) log() [][]byte {
 	return w.writes
 }
 
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			ch <- nil
-			return
-		}
-		ch <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-ch
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 // replay plays the recorded peer on conn: it writes the peer's segments and checks that what
 // arrives from the side under test is byte for byte what the real tool sent.
 func replay(conn net.Conn, segs []segment, peerIsClient bool) error {
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	for i, s := range segs {
-		if s.fromClient == peerIsClient {
-			if _, err := conn.Write(s.data); err != nil {
+		if s.FromClient == peerIsClient {
+			if _, err := conn.Write(s.Data); err != nil {
 				return fmt.Errorf("segment %d: write: %v", i, err)
 			}
 			continue
 		}
-		got := make([]byte, len(s.data))
+		got := make([]byte, len(s.Data))
 		if _, err := io.ReadFull(conn, got); err != nil {
-			return fmt.Errorf("segment %d: read %d bytes: %v", i, len(s.data), err)
+			return fmt.Errorf("segment %d: read %d bytes: %v", i, len(s.Data), err)
 		}
-		if !bytes.Equal(got, s.data) {
-			return fmt.Errorf("segment %d differs from the capture:\n got %q\nwant %q", i, got, s.data)
+		if !bytes.Equal(got, s.Data) {
+			return fmt.Errorf("segment %d differs from the capture:\n got %q\nwant %q", i, got, s.Data)
 		}
 	}
 	return nil
@@ -139,8 +72,8 @@ func checkWrites(t *testing.T, w *writeLog, segs []segment, fromClient bool) {
 	t.Helper()
 	var want [][]byte
 	for _, s := range segs {
-		if s.fromClient == fromClient {
-			want = append(want, s.data)
+		if s.FromClient == fromClient {
+			want = append(want, s.Data)
 		}
 	}
 	got := w.log()
@@ -168,13 +101,13 @@ func TestPingpongGolden(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			segs := capturedExchange(t, tc.file)
-			if len(segs) != 3 || !segs[0].fromClient || segs[1].fromClient || !segs[2].fromClient {
+			if len(segs) != 3 || !segs[0].FromClient || segs[1].FromClient || !segs[2].FromClient {
 				t.Fatalf("capture has %d segments, want client, server, client", len(segs))
 			}
 			tc.client.GID = GIDFromAddr(mustAddr(t, tc.clientIP))
 			tc.server.GID = GIDFromAddr(mustAddr(t, tc.servIP))
 			for i, want := range []PingpongDest{tc.client, tc.server} {
-				got, err := UnmarshalPingpongDest(segs[i].data)
+				got, err := UnmarshalPingpongDest(segs[i].Data)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -185,13 +118,13 @@ func TestPingpongGolden(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !bytes.Equal(b, segs[i].data) || len(b) != PingpongMsgLen {
-					t.Errorf("marshal %v:\n got %q\nwant %q", want, b, segs[i].data)
+				if !bytes.Equal(b, segs[i].Data) || len(b) != PingpongMsgLen {
+					t.Errorf("marshal %v:\n got %q\nwant %q", want, b, segs[i].Data)
 				}
 			}
 
 			// Our client against the recorded server.
-			c, s := tcpPair(t)
+			c, s := testenv.TCPPair(t)
 			w := &writeLog{Conn: c}
 			errc := make(chan error, 1)
 			go func() { errc <- replay(s, segs, false) }()
@@ -208,7 +141,7 @@ func TestPingpongGolden(t *testing.T) {
 			checkWrites(t, w, segs, true)
 
 			// Our server against the recorded client; connect must run before the answer.
-			c, s = tcpPair(t)
+			c, s = testenv.TCPPair(t)
 			w = &writeLog{Conn: s}
 			go func() { errc <- replay(c, segs, true) }()
 			var connected PingpongDest
@@ -253,20 +186,20 @@ func TestPerftestGolden(t *testing.T) {
 			var rep [2][]uint64
 			for _, s := range segs {
 				side := 1
-				if s.fromClient {
+				if s.FromClient {
 					side = 0
 				}
-				switch len(s.data) {
+				switch len(s.Data) {
 				case PerftestKeyLen:
 					if keys[side].QPN == 0 {
-						d, err := UnmarshalPerftestDest(s.data)
+						d, err := UnmarshalPerftestDest(s.Data)
 						if err != nil {
 							t.Fatal(err)
 						}
 						keys[side] = d
 					}
 				case 8:
-					rep[side] = append(rep[side], binary.BigEndian.Uint64(s.data))
+					rep[side] = append(rep[side], binary.BigEndian.Uint64(s.Data))
 				}
 			}
 			for side := range 2 {
@@ -295,7 +228,7 @@ func TestPerftestGolden(t *testing.T) {
 					if client {
 						me = 0
 					}
-					c, s := tcpPair(t)
+					c, s := testenv.TCPPair(t)
 					mine, peer := s, c
 					if client {
 						mine, peer = c, s

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xdproce/xdproce/internal/testenv"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
 // inNetns runs f on a thread moved into the named network namespace. The thread is never

@@ -106,8 +106,8 @@ func (l *devLab) open(i uint32) error {
 	if err := qb.Connect(psnB, roce.Endpoint{QPN: qa.QPN(), PSN: psnA, GID: gidA}, l.co); err != nil {
 		return err
 	}
-	va := NewVerbs(qa.Engine(), l.pa.MRPD(), cqa, nil)
-	vb := NewVerbs(qb.Engine(), l.pb.MRPD(), cqb, nil)
+	va := NewVerbs(qa, l.pa, cqa, nil)
+	vb := NewVerbs(qb, l.pb, cqb, nil)
 	slot := l.cfg.Ladder[0]
 	if l.poolA == nil {
 		if l.poolA, err = NewPool(va, 64, slot); err != nil {

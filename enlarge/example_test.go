@@ -41,7 +41,7 @@ func Example() {
 	b.qp.Connect(0x200, roce.Endpoint{QPN: a.qp.QPN(), PSN: 0x100, GID: gid(ipA)}, nil)
 
 	for _, e := range []*end{a, b} {
-		v := enlarge.NewVerbs(e.qp.Engine(), e.pd.MRPD(), e.cq, nil)
+		v := enlarge.NewVerbs(e.qp, e.pd, e.cq, nil)
 		pool, _ := enlarge.NewPool(v, 32, 512) // shared by every channel of the PD
 		e.ch, _ = enlarge.New(v, pool, &cfg)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/qp"
 	"github.com/xdproce/xdproce/roce/wire"
@@ -82,8 +83,25 @@ func newLabEnd(tb testing.TB, qpn uint32, last byte, seed int64, iova uint64) *l
 		tb.Fatal(err)
 	}
 	e.q = q
-	e.v = NewVerbs(q, e.pd, e.cq, &VerbsOptions{IOVA: NewIOVASpace(iova)})
+	e.v = newVerbs(labQP{q}, labPD{e.pd}, e.cq, &VerbsOptions{IOVA: NewIOVASpace(iova)})
 	return e
+}
+
+// labQP and labPD give a bare roce/qp queue pair and roce/mr protection
+// domain the methods Verbs uses of roce's.
+type labQP struct{ q *qp.QP }
+
+func (l labQP) PostSend(wr roce.SendWR) error { return l.q.PostSend(&wr) }
+func (l labQP) PostRecv(wr roce.RecvWR) error { return l.q.PostRecv(&wr) }
+
+type labPD struct{ pd *mr.PD }
+
+func (l labPD) RegMR(buf []byte, access roce.Access) (*roce.MR, error) {
+	return l.pd.Register(buf, access)
+}
+
+func (l labPD) RegMRIOVA(buf []byte, iova uint64, access roce.Access) (*roce.MR, error) {
+	return l.pd.RegisterIOVA(buf, iova, access)
 }
 
 func labConnect(tb testing.TB, e, peer *labEnd, sq, rq uint32) {

@@ -5,24 +5,22 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/xdproce/xdproce/roce/mr"
-	"github.com/xdproce/xdproce/roce/qp"
+	"github.com/xdproce/xdproce/roce"
 )
 
-// Verbs is the Transport over one queue pair of packages roce/qp and roce/mr:
-// for a roce.QP q in protection domain pd with completion queue cq (used for
-// both sends and receives), NewVerbs(q.Engine(), pd.MRPD(), cq, opts). The
-// queue pair must be RC, connected (RTS), with the queue sizes
-// Config.QueueDepths gives.
+// Verbs is the Transport over one roce queue pair: NewVerbs(q, pd, cq, opts)
+// for a queue pair q of protection domain pd whose sends and receives both
+// complete on cq. The queue pair must be RC, connected (RTS), with the queue
+// sizes Config.QueueDepths gives.
 type Verbs struct {
-	q    *qp.QP
-	pd   *mr.PD
-	cq   *qp.CQ
+	q    verbsQP
+	pd   verbsPD
+	cq   *roce.CQ
 	iova *IOVASpace
-	wr   qp.SendWR
-	rwr  qp.RecvWR
-	sge  [1]mr.SGE
-	wcs  [8]qp.WC
+	wr   roce.SendWR
+	rwr  roce.RecvWR
+	sge  [1]roce.SGE
+	wcs  [8]roce.WC
 }
 
 // VerbsOptions configure NewVerbs. nil means the defaults.
@@ -33,7 +31,24 @@ type VerbsOptions struct {
 }
 
 // NewVerbs returns a Transport over q, pd and cq.
-func NewVerbs(q *qp.QP, pd *mr.PD, cq *qp.CQ, opts *VerbsOptions) *Verbs {
+func NewVerbs(q *roce.QP, pd *roce.PD, cq *roce.CQ, opts *VerbsOptions) *Verbs {
+	return newVerbs(q, pd, cq, opts)
+}
+
+// verbsQP and verbsPD are what Verbs uses of a roce.QP and a roce.PD (the
+// package's tests also run Verbs over bare roce/qp queue pairs driven by a
+// hand-set clock).
+type verbsQP interface {
+	PostSend(wr roce.SendWR) error
+	PostRecv(wr roce.RecvWR) error
+}
+
+type verbsPD interface {
+	RegMR(buf []byte, access roce.Access) (*roce.MR, error)
+	RegMRIOVA(buf []byte, iova uint64, access roce.Access) (*roce.MR, error)
+}
+
+func newVerbs(q verbsQP, pd verbsPD, cq *roce.CQ, opts *VerbsOptions) *Verbs {
 	v := &Verbs{q: q, pd: pd, cq: cq}
 	if opts != nil {
 		v.iova = opts.IOVA
@@ -59,7 +74,7 @@ func (s *IOVASpace) take(n int) uint64 {
 	return a
 }
 
-const verbsAccess = mr.LocalWrite | mr.RemoteWrite
+const verbsAccess = roce.LocalWrite | roce.RemoteWrite
 
 // Register allocates n bytes and registers them for local and remote write.
 func (v *Verbs) Register(n int) (Region, error) {
@@ -67,12 +82,12 @@ func (v *Verbs) Register(n int) (Region, error) {
 		return nil, fmt.Errorf("enlarge: register %d B: %w", n, ErrConfig)
 	}
 	buf := make([]byte, n)
-	var m *mr.MR
+	var m *roce.MR
 	var err error
 	if v.iova != nil {
-		m, err = v.pd.RegisterIOVA(buf, v.iova.take(n), verbsAccess)
+		m, err = v.pd.RegMRIOVA(buf, v.iova.take(n), verbsAccess)
 	} else {
-		m, err = v.pd.Register(buf, verbsAccess)
+		m, err = v.pd.RegMR(buf, verbsAccess)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("enlarge: register %d B: %w", n, err)
@@ -84,7 +99,7 @@ var errForeignRegion = errors.New("enlarge: region not registered by this transp
 
 // Deregister invalidates r's keys and drops it.
 func (v *Verbs) Deregister(r Region) error {
-	m, ok := r.(*mr.MR)
+	m, ok := r.(*roce.MR)
 	if !ok {
 		return errForeignRegion
 	}
@@ -93,35 +108,35 @@ func (v *Verbs) Deregister(r Region) error {
 
 // PostSend posts a signaled RDMA WRITE (with immediate data).
 func (v *Verbs) PostSend(wr *WorkRequest) error {
-	m, ok := wr.Local.(*mr.MR)
+	m, ok := wr.Local.(*roce.MR)
 	if !ok {
 		return errForeignRegion
 	}
-	op := qp.WRRDMAWrite
+	op := roce.WRRDMAWrite
 	if wr.Op == OpWriteImm {
-		op = qp.WRRDMAWriteImm
+		op = roce.WRRDMAWriteImm
 	}
-	v.sge[0] = mr.SGE{Addr: m.Addr() + uint64(wr.Offset), Length: uint32(wr.Length), LKey: m.LKey()}
-	v.wr = qp.SendWR{ID: wr.ID, Opcode: op, Flags: qp.Signaled, SGL: v.sge[:], Imm: wr.Imm,
+	v.sge[0] = roce.SGE{Addr: m.Addr() + uint64(wr.Offset), Length: uint32(wr.Length), LKey: m.LKey()}
+	v.wr = roce.SendWR{ID: wr.ID, Opcode: op, Flags: roce.Signaled, SGL: v.sge[:], Imm: wr.Imm,
 		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey}
 	if wr.Length == 0 {
 		v.wr.SGL = nil
 	}
-	return v.q.PostSend(&v.wr)
+	return v.q.PostSend(v.wr)
 }
 
 // PostRecv posts a receive; r == nil posts one without buffers.
 func (v *Verbs) PostRecv(id uint64, r Region, off, n int) error {
-	v.rwr = qp.RecvWR{ID: id}
+	v.rwr = roce.RecvWR{ID: id}
 	if r != nil {
-		m, ok := r.(*mr.MR)
+		m, ok := r.(*roce.MR)
 		if !ok {
 			return errForeignRegion
 		}
-		v.sge[0] = mr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
+		v.sge[0] = roce.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
 		v.rwr.SGL = v.sge[:]
 	}
-	return v.q.PostRecv(&v.rwr)
+	return v.q.PostRecv(v.rwr)
 }
 
 // Poll translates the queue pair's work completions.
@@ -130,10 +145,10 @@ func (v *Verbs) Poll(c []Completion) (int, error) {
 	for i := 0; i < n; i++ {
 		w := &v.wcs[i]
 		c[i] = Completion{ID: w.ID, Kind: CompSend, Imm: w.ImmData, HasImm: w.WithImm}
-		if w.Opcode == qp.WCRecvRDMAWithImm || w.Opcode == qp.WCRecv {
+		if w.Opcode == roce.WCRecvRDMAWithImm || w.Opcode == roce.WCRecv {
 			c[i].Kind = CompRecvImm
 		}
-		if w.Status != qp.WCSuccess {
+		if w.Status != roce.WCSuccess {
 			c[i].Status = w.Status.String()
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdproce/xdproce/capture"
 	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/toolpeer"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/wire"
 )
@@ -88,9 +89,9 @@ func (s *side) close() {
 	}
 }
 
-// peer is the side as a cm.ToolPeer: the code xdproce's CLI runs against the tools.
-func (s *side) peer() *cm.ToolPeer {
-	return &cm.ToolPeer{QP: s.q, CQ: s.cq, MR: s.m, GID: s.gid, PSN: s.psn}
+// peer is the side as a toolpeer.Peer: the code xdproce's CLI runs against the tools.
+func (s *side) peer() *toolpeer.Peer {
+	return &toolpeer.Peer{QP: s.q, CQ: s.cq, MR: s.m, GID: s.gid, PSN: s.psn}
 }
 
 // finish closes the device (flushing the capture), checks every RoCE frame of the capture
@@ -180,7 +181,7 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 					note := ""
 					record(t, "ibv_rc_pingpong", fmt.Sprintf("SEND %d B x%d roce+cm", size, iters), role(srv), link, &note)
 					tool := fmt.Sprintf("exec stdbuf -oL ibv_rc_pingpong -d rxe0 -g $XI_GID_INDEX -s %d -n %d -m 1024", size, iters)
-					attempt := func() (res cm.PingpongResult, out string, rc int, err, perr error) {
+					attempt := func() (res toolpeer.PingpongResult, out string, rc int, err, perr error) {
 						ctx := ctxFor(t, 90*time.Second)
 						s := newSide(t, g, linkKind(link))
 						var j *job
@@ -277,7 +278,7 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 					ctx := ctxFor(t, 120*time.Second)
 					s := newSide(t, g, roce.LinkXSK)
 					var j *job
-					var res cm.PerftestResult
+					var res toolpeer.PerftestResult
 					if srv {
 						l, err := g.listenIn(cm.DefaultPort)
 						if err != nil {
@@ -291,7 +292,7 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 							t.Fatalf("accept: %v\n%s", err, j.output())
 						}
 						defer conn.Close()
-						res, rerr = s.peer().Perftest(ctx, conn, false, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
+						res, rerr = s.peer().Perftest(ctx, conn, false, c.test, c.size, c.iters, 3, toolpeer.AtomicOp(c.atomic))
 					} else {
 						j = g.start(t, tool)
 						g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
@@ -300,7 +301,7 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 							t.Fatal(err)
 						}
 						defer conn.Close()
-						res, rerr = s.peer().Perftest(ctx, conn, true, c.test, c.size, c.iters, 3, cm.AtomicOp(c.atomic))
+						res, rerr = s.peer().Perftest(ctx, conn, true, c.test, c.size, c.iters, 3, toolpeer.AtomicOp(c.atomic))
 					}
 					if rerr == nil && !srv {
 						t.Logf("xdproce: %d B x%d in %v: %.2f MB/s", c.size, c.iters, res.Elapsed, res.Report.BWAvg)

@@ -175,15 +175,15 @@ type Stats struct {
 
 // addQPStats adds the counters of one queue pair to st.
 func addQPStats(st *Stats, q *qp.QP) {
-	c := q.Stats()
-	st.Retransmits += c.Get(qp.CtrRetransmits)
-	st.Timeouts += c.Get(qp.CtrTimeouts)
-	st.FastRetransmits += c.Get(qp.CtrFastRetransmits)
-	st.SpuriousFastRetransmits += c.Get(qp.CtrSpuriousFastRetransmits)
-	st.SeqNAKs += c.Get(qp.CtrSeqNAKsSent) + c.Get(qp.CtrSeqNAKsRecv)
-	st.RNRNAKs += c.Get(qp.CtrRNRNAKsSent) + c.Get(qp.CtrRNRNAKsRecv)
-	st.Duplicates += c.Get(qp.CtrDuplicates)
-	st.QPDropped += c.Get(qp.CtrDropped)
+	c := qpStats(q)
+	st.Retransmits += c.Retransmits
+	st.Timeouts += c.Timeouts
+	st.FastRetransmits += c.FastRetransmits
+	st.SpuriousFastRetransmits += c.SpuriousFastRetransmits
+	st.SeqNAKs += c.SeqNAKsSent + c.SeqNAKsRecv
+	st.RNRNAKs += c.RNRNAKsSent + c.RNRNAKsRecv
+	st.Duplicates += c.Duplicates
+	st.QPDropped += c.Dropped
 }
 
 // ErrClosed is returned by operations on a closed Device.
@@ -365,7 +365,7 @@ func (d *Device) Name() string { return d.ifname }
 func (d *Device) HWAddr() net.HardwareAddr { return net.HardwareAddr(d.hw[:]) }
 
 // PathMTU is the largest IB MTU the link carries (wire.PathMTU of the link MTU).
-func (d *Device) PathMTU() wire.MTU { return d.pmtu }
+func (d *Device) PathMTU() MTU { return d.pmtu }
 
 // GIDs returns a copy of the GID table.
 func (d *Device) GIDs() []netip.Addr { return append([]netip.Addr(nil), d.gids...) }
@@ -377,10 +377,6 @@ func (d *Device) GID(i int) (netip.Addr, error) {
 	}
 	return d.gids[i], nil
 }
-
-// Table is the device's memory-region table (for packages that drive roce/qp
-// directly).
-func (d *Device) Table() *mr.Table { return d.tbl }
 
 // Stats returns the engine's counters.
 func (d *Device) Stats() Stats {

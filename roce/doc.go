@@ -7,9 +7,16 @@
 //	m, err := pd.RegMR(buf, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead)
 //	cq, err := dev.CreateCQ(256)
 //	q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 64, MaxRecvWR: 64})
-//	err = q.Connect(remote, nil) // RESET → INIT → RTR → RTS
-//	err = q.PostSend(roce.SendWR{...})
-//	n, err := cq.Wait(ctx, wcs)
+//	err = q.Connect(myPSN, remote, nil) // remote roce.Endpoint; RESET → INIT → RTR → RTS
+//	err = q.PostSend(roce.SendWR{ID: 1, Opcode: roce.WRRDMAWrite, Flags: roce.Signaled, ...})
+//	n, err := cq.Wait(ctx, wcs) // wcs[0].Status == roce.WCSuccess
+//
+// Applications import roce alone: it re-exports the types, constants and
+// sentinel errors of roce/mr, roce/qp and roce/wire that they need (opcodes,
+// send flags, completion statuses, queue pair states, attribute masks, MTUs,
+// limits). The names denote the same types and values as in the
+// sub-packages, so errors.Is(err, roce.ErrState) and errors.Is(err,
+// qp.ErrState) agree. QP.State, Query and Stats report on a queue pair.
 //
 // # Progress engine
 //

@@ -7,7 +7,6 @@ import (
 
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // Two devices joined by an in-memory link: connect an RC queue pair on each
@@ -39,7 +38,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	err := qa.PostSend(roce.SendWR{ID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+	err := qa.PostSend(roce.SendWR{ID: 1, Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
 		SGL:        []roce.SGE{{Addr: ma.Addr(), Length: uint32(len(src)), LKey: ma.LKey()}},
 		RemoteAddr: mb.Addr(), RKey: mb.RKey()})
 	if err != nil {

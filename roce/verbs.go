@@ -8,41 +8,6 @@ import (
 
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/qp"
-	"github.com/xdproce/xdproce/roce/wire"
-)
-
-// Types of roce/mr and roce/qp re-exported so that the common case imports
-// only roce.
-type (
-	MR            = mr.MR
-	SGE           = mr.SGE
-	Access        = mr.Access
-	CQ            = qp.CQ
-	WC            = qp.WC
-	SendWR        = qp.SendWR
-	RecvWR        = qp.RecvWR
-	Attr          = qp.Attr
-	AttrMask      = qp.AttrMask
-	AddressVector = qp.AddressVector
-	QPType        = qp.Type
-)
-
-// Access flags (ibverbs values, and RemoteInvalidate: xdproce's stand-in for
-// the fast-registration regions of ibv_alloc_mr, the only regions whose rkey a
-// peer's SEND_WITH_INVALIDATE may withdraw).
-const (
-	LocalWrite       = mr.LocalWrite
-	RemoteWrite      = mr.RemoteWrite
-	RemoteRead       = mr.RemoteRead
-	RemoteAtomic     = mr.RemoteAtomic
-	RemoteInvalidate = mr.RemoteInvalidate
-)
-
-// Queue pair types.
-const (
-	RC = qp.RC
-	UC = qp.UC
-	UD = qp.UD
 )
 
 // MaxCQDepth bounds CreateCQ.
@@ -78,9 +43,6 @@ func (d *Device) AllocPD() *PD { return &PD{d: d, pd: d.tbl.AllocPD()} }
 // Device returns the PD's device.
 func (p *PD) Device() *Device { return p.d }
 
-// MRPD returns the underlying roce/mr protection domain.
-func (p *PD) MRPD() *mr.PD { return p.pd }
-
 // RegMR registers buf with the given access; its address (IOVA) is the
 // address of buf[0]. Deregister it with MR.Deregister: its keys are refused
 // at once afterwards.
@@ -113,10 +75,10 @@ func (p *PD) Dealloc() error {
 type QPConfig struct {
 	Type           QPType
 	SendCQ, RecvCQ *CQ
-	MaxSendWR      int // 0: the roce/qp default (qp.DefaultMaxWR)
-	MaxRecvWR      int // 0: qp.DefaultMaxWR
-	MaxSGE         int // 0: qp.DefaultMaxSGE
-	MaxInline      int // 0: qp.DefaultMaxInline; -1: no inline data
+	MaxSendWR      int // 0: DefaultMaxWR; at most MaxWR
+	MaxRecvWR      int // 0: DefaultMaxWR; at most MaxWR
+	MaxSGE         int // 0: DefaultMaxSGE; at most MaxSGE
+	MaxInline      int // 0: DefaultMaxInline; -1: no inline data; at most MaxInline
 	// QPN requests a specific QPN (e.g. 1 for the GSI QP); 0 allocates one,
 	// counting up from 0x11 as rxe does.
 	QPN uint32
@@ -164,10 +126,6 @@ func (q *QP) QPN() uint32 { return q.e.qpn }
 
 // Type is the queue pair's transport type.
 func (q *QP) Type() QPType { return q.typ }
-
-// Engine returns the underlying roce/qp queue pair (its engine-side methods
-// belong to the device's progress goroutine: do not call them).
-func (q *QP) Engine() *qp.QP { return q.q }
 
 // Modify changes the queue pair's state and attributes as ibv_modify_qp does.
 // When the link forces a UDP source port (link/udp), the address vector's
@@ -320,7 +278,7 @@ type Endpoint struct {
 // ResolveAV).
 type ConnectOptions struct {
 	SGID            netip.Addr
-	PathMTU         wire.MTU
+	PathMTU         MTU
 	Access          Access // remote access to this QP's peer requests
 	Timeout         uint8  // local ACK timeout exponent: 4.096 µs × 2^Timeout (0: infinite)
 	RetryCnt        uint8  // 0..7

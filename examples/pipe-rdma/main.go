@@ -15,7 +15,6 @@ import (
 
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // end is one side of the connection.
@@ -64,7 +63,7 @@ func (e *end) wait() (roce.WC, error) {
 	if _, err := e.cq.Wait(ctx, wcs[:]); err != nil {
 		return roce.WC{}, err
 	}
-	if wcs[0].Status != qp.WCSuccess {
+	if wcs[0].Status != roce.WCSuccess {
 		return wcs[0], fmt.Errorf("work request %d: %v", wcs[0].ID, wcs[0].Status)
 	}
 	return wcs[0], nil
@@ -98,7 +97,7 @@ func run() error {
 	// RDMA WRITE 100 KB from a into b's memory.
 	msg := bytes.Repeat([]byte("xdproce "), 12500)
 	copy(a.buf, msg)
-	if err := a.qp.PostSend(roce.SendWR{ID: 1, Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+	if err := a.qp.PostSend(roce.SendWR{ID: 1, Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
 		SGL: []roce.SGE{a.sge(0, len(msg))}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 		return err
 	}
@@ -108,7 +107,7 @@ func run() error {
 	fmt.Printf("RDMA WRITE of %d bytes: data landed: %v\n", len(msg), bytes.Equal(b.buf[:len(msg)], msg))
 
 	// RDMA READ it back into another part of a's memory.
-	if err := a.qp.PostSend(roce.SendWR{ID: 2, Opcode: qp.WRRDMARead, Flags: qp.Signaled,
+	if err := a.qp.PostSend(roce.SendWR{ID: 2, Opcode: roce.WRRDMARead, Flags: roce.Signaled,
 		SGL: []roce.SGE{a.sge(500000, len(msg))}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 		return err
 	}
@@ -123,7 +122,7 @@ func run() error {
 		return err
 	}
 	copy(a.buf, "hello, RDMA")
-	if err := a.qp.PostSend(roce.SendWR{ID: 4, Opcode: qp.WRSendImm, Imm: 42, Flags: qp.Signaled,
+	if err := a.qp.PostSend(roce.SendWR{ID: 4, Opcode: roce.WRSendImm, Imm: 42, Flags: roce.Signaled,
 		SGL: []roce.SGE{a.sge(0, 11)}}); err != nil {
 		return err
 	}

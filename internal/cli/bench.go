@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/toolpeer"
 	"github.com/xdproce/xdproce/internal/xfer"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
-	"github.com/xdproce/xdproce/roce/wire"
 )
 
 var benchCommand = &Command{
@@ -136,28 +135,28 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 				it = 1000
 			}
 		}
-		if it <= 0 || (test == cm.SendBW || test == cm.SendLat) && it > qp.MaxWR {
-			return usageErrorf(cmd, "--iters %d: want 1 to %d for send and lat (all receives are posted up front)", it, qp.MaxWR)
+		if it <= 0 || (test == cm.SendBW || test == cm.SendLat) && it > roce.MaxWR {
+			return usageErrorf(cmd, "--iters %d: want 1 to %d for send and lat (all receives are posted up front)", it, roce.MaxWR)
 		}
 		if *qps < 1 || *qps > 64 {
 			return usageErrorf(cmd, "--qps %d: want 1 to 64", *qps)
 		}
-		var op cm.AtomicOp
+		var op toolpeer.AtomicOp
 		switch strings.ToLower(*atomicOp) {
 		case "fetch_add", "fetch_and_add", "faa":
-			op = cm.FetchAndAdd
+			op = toolpeer.FetchAndAdd
 		case "cmp_swap", "cmp_and_swap", "cas":
-			op = cm.CmpAndSwap
+			op = toolpeer.CmpAndSwap
 		default:
 			return usageErrorf(cmd, "--atomic-op %q: want fetch_add or cmp_swap", *atomicOp)
 		}
 		if *atomicType != "" {
 			atomicOpSet := false
 			fs.Visit(func(f *flag.Flag) { atomicOpSet = atomicOpSet || f.Name == "atomic-op" })
-			switch t := cm.AtomicOp(*atomicType); {
+			switch t := toolpeer.AtomicOp(*atomicType); {
 			case test != cm.AtomicBW:
 				return usageErrorf(cmd, "--atomic-type is for the atomic test")
-			case t != cm.FetchAndAdd && t != cm.CmpAndSwap:
+			case t != toolpeer.FetchAndAdd && t != toolpeer.CmpAndSwap:
 				return usageErrorf(cmd, "--atomic-type %q: want FETCH_AND_ADD or CMP_AND_SWAP", *atomicType)
 			case atomicOpSet && t != op:
 				return usageErrorf(cmd, "--atomic-type %s and --atomic-op %s disagree (give one)", *atomicType, *atomicOp)
@@ -214,9 +213,9 @@ type bench struct {
 	size  int
 	iters int
 	qps   int
-	op    cm.AtomicOp
+	op    toolpeer.AtomicOp
 	// results are the queue pairs' results of the last run.
-	results []cm.PerftestResult
+	results []toolpeer.PerftestResult
 }
 
 // perftestCycleMax is the largest cycle buffer (page size) a perftest peer is
@@ -224,7 +223,7 @@ type bench struct {
 const perftestCycleMax = 64 << 10
 
 // peer makes a queue pair, its CQ and buffer for one connection.
-func (b *bench) peer(local net.Addr) (*cm.ToolPeer, error) {
+func (b *bench) peer(local net.Addr) (*toolpeer.Peer, error) {
 	pd := b.dev.AllocPD()
 	depth := min(b.iters+256, roce.MaxCQDepth)
 	cq, err := b.dev.CreateCQ(depth)
@@ -247,20 +246,20 @@ func (b *bench) peer(local net.Addr) (*cm.ToolPeer, error) {
 		return nil, err
 	}
 	q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq,
-		MaxSendWR: 256, MaxRecvWR: min(max(b.iters, 64), qp.MaxWR)})
+		MaxSendWR: 256, MaxRecvWR: min(max(b.iters, 64), roce.MaxWR)})
 	if err != nil {
 		return nil, err
 	}
 	gid := xfer.LocalGID(b.dev, local)
-	return &cm.ToolPeer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid)}, nil
+	return &toolpeer.Peer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid)}, nil
 }
 
 // run runs one connection's test.
-func (b *bench) run(ctx context.Context, conn net.Conn, client bool) (cm.PerftestResult, error) {
+func (b *bench) run(ctx context.Context, conn net.Conn, client bool) (toolpeer.PerftestResult, error) {
 	defer conn.Close()
 	p, err := b.peer(conn.LocalAddr())
 	if err != nil {
-		return cm.PerftestResult{}, err
+		return toolpeer.PerftestResult{}, err
 	}
 	return p.Perftest(ctx, conn, client, b.test, b.size, b.iters, int(b.dev.PathMTU()), b.op)
 }
@@ -329,10 +328,10 @@ func (b *bench) server(ctx context.Context, port int) (benchResult, error) {
 }
 
 // all runs the test on every connection at once.
-func (b *bench) all(ctx context.Context, conns []net.Conn, client bool) ([]cm.PerftestResult, error) {
+func (b *bench) all(ctx context.Context, conns []net.Conn, client bool) ([]toolpeer.PerftestResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make([]cm.PerftestResult, len(conns))
+	results := make([]toolpeer.PerftestResult, len(conns))
 	errs := make([]error, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
@@ -363,7 +362,7 @@ func (b *bench) all(ctx context.Context, conns []net.Conn, client bool) ([]cm.Pe
 // summarise adds up the queue pairs' results; the server reports the
 // client's measurement (peer) as perftest does, except for lat, whose
 // latencies only the client has.
-func (b *bench) summarise(role string, rs []cm.PerftestResult, peer bool) benchResult {
+func (b *bench) summarise(role string, rs []toolpeer.PerftestResult, peer bool) benchResult {
 	r := benchResult{Schema: 1, Test: b.name, Role: role, Bytes: b.size, Iters: b.iters, QPs: len(rs),
 		Link: b.dev.LinkName(), PathMTU: b.dev.PathMTU().Bytes()}
 	var lat []time.Duration
@@ -462,7 +461,7 @@ func printPerftest(env *Env, b *bench, client bool) {
 	fmt.Fprintf(w, "%20s%s\n", "", title)
 	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
 	fmt.Fprintf(w, " Connection type : RC\t\tDevice         : %s\n", b.dev.Name())
-	fmt.Fprintf(w, " Mtu             : %d[B]\n", wire.MTU(res.MTU).Bytes())
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", roce.MTU(res.MTU).Bytes())
 	fmt.Fprintf(w, " Link type       : Ethernet (%s)\n", b.dev.LinkName())
 	gid := netip.AddrFrom16(res.Local.GID)
 	for i, g := range b.dev.GIDs() {

@@ -9,10 +9,9 @@ import (
 	"strconv"
 
 	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/toolpeer"
 	"github.com/xdproce/xdproce/internal/xfer"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
-	"github.com/xdproce/xdproce/roce/wire"
 )
 
 var pingpongCommand = &Command{
@@ -68,9 +67,9 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 		switch {
 		case *size <= 0 || *size > 1<<30:
 			return usageErrorf(cmd, "-s %d: want 1 byte to 1GiB", *size)
-		case *iters <= 0 || *iters > qp.MaxWR:
-			return usageErrorf(cmd, "-n %d: want 1 to %d (every receive is posted up front)", *iters, qp.MaxWR)
-		case wire.MTUFromBytes(*mtu) == 0:
+		case *iters <= 0 || *iters > roce.MaxWR:
+			return usageErrorf(cmd, "-n %d: want 1 to %d (every receive is posted up front)", *iters, roce.MaxWR)
+		case roce.MTUFromBytes(*mtu) == 0:
 			return usageErrorf(cmd, "-m %d: want 256, 512, 1024, 2048 or 4096", *mtu)
 		case *port <= 0 || *port > 65535:
 			return usageErrorf(cmd, "-p %d: want a TCP port 1 to 65535", *port)
@@ -88,7 +87,7 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 			return err
 		}
 		defer closeDevice(env, dev)
-		pathMTU := wire.MTUFromBytes(*mtu)
+		pathMTU := roce.MTUFromBytes(*mtu)
 		if devMTU := dev.PathMTU(); pathMTU > devMTU {
 			fmt.Fprintf(env.Stderr, "pingpong: -m %d is more than the path MTU of %s, %d; using %d\n", *mtu, dev.Name(), devMTU.Bytes(), devMTU.Bytes())
 			pathMTU = devMTU
@@ -140,7 +139,7 @@ type pingpong struct {
 	dev   *roce.Device
 	size  int
 	iters int
-	mtu   wire.MTU
+	mtu   roce.MTU
 	sgid  netip.Addr // zero: from the connection's local address
 }
 
@@ -167,20 +166,20 @@ func (p *pingpong) accept(ctx context.Context, port int) (net.Conn, error) {
 
 // run makes the queue pair and buffer and runs ibv_rc_pingpong's exchange
 // and loop on conn.
-func (p *pingpong) run(ctx context.Context, conn net.Conn, client bool) (cm.PingpongResult, error) {
+func (p *pingpong) run(ctx context.Context, conn net.Conn, client bool) (toolpeer.PingpongResult, error) {
 	pd := p.dev.AllocPD()
 	cq, err := p.dev.CreateCQ(min(p.iters+256, roce.MaxCQDepth))
 	if err != nil {
-		return cm.PingpongResult{}, err
+		return toolpeer.PingpongResult{}, err
 	}
 	// The receive half first, then the send half: 2×size, as the tool's buffer.
 	mr, err := pd.RegMR(make([]byte, 2*p.size), roce.LocalWrite)
 	if err != nil {
-		return cm.PingpongResult{}, err
+		return toolpeer.PingpongResult{}, err
 	}
 	q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq, MaxSendWR: 16, MaxRecvWR: max(p.iters, 16)})
 	if err != nil {
-		return cm.PingpongResult{}, err
+		return toolpeer.PingpongResult{}, err
 	}
 	gid := p.sgid
 	if !gid.IsValid() {
@@ -188,6 +187,6 @@ func (p *pingpong) run(ctx context.Context, conn net.Conn, client bool) (cm.Ping
 	}
 	opts := roce.DefaultConnectOptions()
 	opts.SGID, opts.PathMTU = gid, p.mtu
-	peer := &cm.ToolPeer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid), Connect: &opts}
+	peer := &toolpeer.Peer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid), Connect: &opts}
 	return peer.Pingpong(ctx, conn, client, p.size, p.iters)
 }

@@ -45,7 +45,7 @@ func TestSendWithInvalidateRegularMR(t *testing.T) {
 	if wc := wait1(t, mallory.ycq, 5*time.Second); wc.ID != 1 || wc.Status != qp.WCRemInvReqErr {
 		t.Errorf("receiver's WC for a SEND with Invalidate of an ordinary region: %+v, want ID 1 %v", wc, qp.WCRemInvReqErr)
 	}
-	if st := mallory.y.Engine().State(); st != qp.Error {
+	if st := mallory.y.State(); st != qp.Error {
 		t.Errorf("receiving QP after a refused SEND with Invalidate: %v, want %v", st, qp.Error)
 	}
 	if err := honest.x.PostSend(roce.SendWR{ID: 2, Opcode: qp.WRRDMAWrite, Flags: qp.Signaled, SGL: sgeOf(am, 0, 8),

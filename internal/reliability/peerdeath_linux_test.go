@@ -347,7 +347,7 @@ func TestPrivilegedPeerDeath(t *testing.T) {
 		} else if r.retryAt > bound || r.retryAt < time.Duration(deathRetryCnt)*tmo {
 			t.Errorf("queue pair %d: RETRY_EXC_ERR after %v, want between %v and %v", i, r.retryAt, time.Duration(deathRetryCnt)*tmo, bound)
 		}
-		if st := c.q.Engine().State(); st != qp.Error {
+		if st := c.q.State(); st != qp.Error {
 			t.Errorf("queue pair %d in %v, want ERROR", i, st)
 		}
 		// A WR posted now flushes at once (or is refused).

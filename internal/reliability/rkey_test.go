@@ -291,15 +291,15 @@ func TestRKeyGuessing(t *testing.T) {
 		if wc.Status != qp.WCRemAccessErr {
 			t.Fatalf("guess %d (%s key %#x, %v at %#x) completed with %v, want %v", g, kind, key, op, va, wc.Status, qp.WCRemAccessErr)
 		}
-		if st := c.x.Engine().State(); st != qp.Error {
+		if st := c.x.State(); st != qp.Error {
 			t.Fatalf("guess %d: attacker queue pair in %v after the NAK, want ERROR", g, st)
 		}
 		if g%97 == 0 { // the victim's end moves to ERROR too (checked on a sample: it needs the engine)
 			deadline := time.Now().Add(2 * time.Second)
-			for c.y.Engine().State() != qp.Error && time.Now().Before(deadline) {
+			for c.y.State() != qp.Error && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			if st := c.y.Engine().State(); st != qp.Error {
+			if st := c.y.State(); st != qp.Error {
 				t.Fatalf("guess %d: victim queue pair in %v after sending a remote access NAK", g, st)
 			}
 		}

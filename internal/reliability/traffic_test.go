@@ -183,16 +183,9 @@ func runTraffic(t *testing.T, a, b *roce.Device, cfg trafficConfig) trafficResul
 	return r
 }
 
-// qpCounters formats a queue pair's state and non-zero counters.
+// qpCounters formats a queue pair's state and counters.
 func qpCounters(q *roce.QP) string {
-	st := q.Engine().Stats()
-	s := q.Engine().State().String()
-	for c := qp.Counter(0); c < qp.CtrEncodeErrors+1; c++ {
-		if v := st.Get(c); v != 0 {
-			s += fmt.Sprintf(" %v=%d", c, v)
-		}
-	}
-	return s
+	return fmt.Sprintf("%v %+v", q.State(), q.Stats())
 }
 
 // run is one connection's loop: keep trafWindow WRs posted, check each

@@ -1,4 +1,5 @@
-// Package testenv gates tests on the privileges and tools they need.
+// Package testenv gates tests on the privileges and tools they need, and
+// holds the TCP connection pair tests of several packages use.
 //
 // A privileged test is named TestPrivileged* (or BenchmarkPrivileged*) so that
 // `go test -run Privileged` finds all of them. It skips with a message naming
@@ -7,6 +8,7 @@
 package testenv
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -60,4 +62,35 @@ func Skipf(tb testing.TB, format string, args ...any) {
 func skip(tb testing.TB, msg string) {
 	tb.Helper()
 	Skipf(tb, "%s", msg)
+}
+
+// TCPPair returns the two ends of a TCP connection over 127.0.0.1, closed
+// when the test ends.
+func TCPPair(tb testing.TB) (client, server net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			ch <- nil
+			return
+		}
+		ch <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	server = <-ch
+	if server == nil {
+		client.Close()
+		tb.Fatal("accept failed")
+	}
+	tb.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
 }

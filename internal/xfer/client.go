@@ -14,8 +14,6 @@ import (
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/mr"
-	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // Result describes a finished transfer.
@@ -85,7 +83,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	}
 
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
-	q, err := newQPConn(dev, slotSize, slots, mr.LocalWrite, conn.LocalAddr())
+	q, err := newQPConn(dev, slotSize, slots, roce.LocalWrite, conn.LocalAddr())
 	if err != nil {
 		return res, err
 	}
@@ -165,7 +163,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 			if n == 0 {
 				return false, nil
 			}
-			if wc = wcs[0]; wc.Status != qp.WCSuccess {
+			if wc = wcs[0]; wc.Status != roce.WCSuccess {
 				return false, ctxErr(ctx, fmt.Errorf("write to peer: rdma %v failed: %v", wc.Opcode, wc.Status))
 			}
 		}
@@ -216,7 +214,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 			return res, fmt.Errorf("read %s at %d: %w", name, off, err)
 		}
 		h.Write(buf)
-		if err := q.qp.PostSend(roce.SendWR{ID: uint64(s), Opcode: qp.WRRDMAWrite, Flags: qp.Signaled,
+		if err := q.qp.PostSend(roce.SendWR{ID: uint64(s), Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
 			SGL:        []roce.SGE{{Addr: q.slotAddr(s), Length: uint32(n), LKey: q.mr.LKey()}},
 			RemoteAddr: acc.Addr + uint64(s*q.slotSize), RKey: acc.RKey}); err != nil {
 			return res, fmt.Errorf("post rdma write: %w", err)

@@ -33,9 +33,4 @@
 // .NAME.xdproce-PID-START-RANDOM.part after the receiving process (PID and
 // start time); a receiver that is killed leaves it behind, and RemoveStale
 // (run by `xdproce serve` at start-up) removes those whose process is gone.
-//
-// Queue pairs are torn down without depending on roce's QP.Destroy returning
-// promptly (on an idle device it can wait for an engine round nobody
-// triggers): Destroy runs in the background while the engine is nudged, and
-// callers wait for it at most half a second (see teardown.go).
 package xfer

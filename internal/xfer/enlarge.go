@@ -15,7 +15,6 @@ import (
 
 	"github.com/xdproce/xdproce/enlarge"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // Transfers through an enlargement channel (Options.Enlarge; request
@@ -115,11 +114,11 @@ func newChanConn(dev *roce.Device, cfg *enlarge.Config, co *roce.ConnectOptions,
 	if co != nil {
 		access = co.Access
 	}
-	if err := q.qp.Modify(&roce.Attr{State: qp.Init, Access: access}, qp.AttrState|qp.AttrAccessFlags); err != nil {
+	if err := q.qp.Modify(&roce.Attr{State: roce.StateInit, Access: access}, roce.AttrState|roce.AttrAccessFlags); err != nil {
 		c.close()
 		return nil, fmt.Errorf("enlargement channel: %w", err)
 	}
-	v := enlarge.NewVerbs(q.qp.Engine(), q.pd.MRPD(), q.cq, nil)
+	v := enlarge.NewVerbs(q.qp, q.pd, q.cq, nil)
 	// The eager pool: one slot of the first step per ring slot.
 	slots, slotSize := cfg.RingSlots, 0
 	if len(cfg.Ladder) > 0 {

@@ -11,8 +11,6 @@ import (
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/mr"
-	"github.com/xdproce/xdproce/roce/qp"
 )
 
 // Get fetches the file name from the server at the other end of conn by RDMA
@@ -42,7 +40,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 		}
 	}()
 
-	q, err := newQPConn(dev, o.SlotSize, o.Slots, mr.LocalWrite, conn.LocalAddr())
+	q, err := newQPConn(dev, o.SlotSize, o.Slots, roce.LocalWrite, conn.LocalAddr())
 	if err != nil {
 		return res, err
 	}
@@ -138,7 +136,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 				return res, fmt.Errorf("control connection: slot %d reused before it was freed", m.Slot)
 			}
 		}
-		if err := q.qp.PostSend(roce.SendWR{ID: uint64(m.Slot), Opcode: qp.WRRDMARead, Flags: qp.Signaled,
+		if err := q.qp.PostSend(roce.SendWR{ID: uint64(m.Slot), Opcode: roce.WRRDMARead, Flags: roce.Signaled,
 			SGL:        []roce.SGE{{Addr: q.slotAddr(m.Slot), Length: uint32(m.Len), LKey: q.mr.LKey()}},
 			RemoteAddr: acc.Addr + uint64(m.Slot*q.slotSize), RKey: acc.RKey}); err != nil {
 			return res, fmt.Errorf("post rdma read: %w", err)

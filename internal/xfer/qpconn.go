@@ -12,8 +12,6 @@ import (
 
 	"github.com/xdproce/xdproce/enlarge"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/qp"
-	"github.com/xdproce/xdproce/roce/wire"
 )
 
 // Defaults of Options.
@@ -111,7 +109,7 @@ func newBareQP(dev *roce.Device, cqDepth, sendWR, recvWR int, local net.Addr) (*
 	}
 	var b [4]byte
 	rand.Read(b[:])
-	q.psn = binary.LittleEndian.Uint32(b[:]) & wire.PSNMask
+	q.psn = binary.LittleEndian.Uint32(b[:]) & roce.PSNMask
 	q.gid = localGID(dev, local)
 	return q, nil
 }
@@ -167,10 +165,10 @@ func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
 	if m.PathMTU > 0 && m.PathMTU < mtu {
 		mtu = m.PathMTU
 	}
-	if co.PathMTU = wire.MTUFromBytes(mtu); co.PathMTU == 0 {
+	if co.PathMTU = roce.MTUFromBytes(mtu); co.PathMTU == 0 {
 		return fmt.Errorf("peer path mtu %d: not an InfiniBand MTU", m.PathMTU)
 	}
-	if err := q.qp.Connect(q.psn, roce.Endpoint{QPN: m.QPN, PSN: m.PSN & wire.PSNMask, GID: gid}, &co); err != nil {
+	if err := q.qp.Connect(q.psn, roce.Endpoint{QPN: m.QPN, PSN: m.PSN & roce.PSNMask, GID: gid}, &co); err != nil {
 		return fmt.Errorf("connect qp to %s qpn %#x: %w", gid, m.QPN, err)
 	}
 	return nil
@@ -190,7 +188,7 @@ func (q *qpConn) wait(ctx context.Context, wcs []roce.WC) (roce.WC, error) {
 		return roce.WC{}, fmt.Errorf("completion queue: no completion")
 	}
 	wc := wcs[0]
-	if wc.Status != qp.WCSuccess {
+	if wc.Status != roce.WCSuccess {
 		return wc, fmt.Errorf("rdma %v failed: %v", wc.Opcode, wc.Status)
 	}
 	return wc, nil
@@ -198,30 +196,24 @@ func (q *qpConn) wait(ctx context.Context, wcs []roce.WC) (roce.WC, error) {
 
 func (q *qpConn) close() { q.closeThen(nil) }
 
-// closeThen tears the queue pair down and then runs after (which may free
-// what the queue pair's work requests used) and frees the protection domain.
-// It returns within destroyWait even when the queue pair's Destroy does not
-// (see teardown); after then runs in the background once it does.
+// closeThen destroys the queue pair (its outstanding work requests flush),
+// then runs after (which may free what the work requests used) and frees the
+// protection domain.
 func (q *qpConn) closeThen(after func()) {
 	// Deregister first: the peer's rkey is refused from here on.
 	if q.mr != nil {
 		q.mr.Deregister()
 		q.mr = nil
 	}
-	pd := q.pd
-	q.pd = nil
-	done := func() {
-		if after != nil {
-			after()
-		}
-		if pd != nil {
-			pd.Dealloc()
-		}
+	if q.qp != nil {
+		q.qp.Destroy()
+		q.qp = nil
 	}
-	if q.qp == nil {
-		done()
-		return
+	if after != nil {
+		after()
 	}
-	teardown(q.qp, done)
-	q.qp = nil
+	if q.pd != nil {
+		q.pd.Dealloc()
+		q.pd = nil
+	}
 }

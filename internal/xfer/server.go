@@ -15,7 +15,6 @@ import (
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/mr"
 )
 
 // A Server answers transfer and benchmark requests on a device: files
@@ -44,9 +43,6 @@ const DefaultMaxConns = 16
 func (s *Server) Serve(ctx context.Context, ln *cm.Listener) error {
 	o := s.Options.withDefaults()
 	defer ln.Close()
-	// Last: give the queue pairs' background teardowns a moment, so that
-	// the caller closing the device finds them gone.
-	defer WaitTeardowns(2 * destroyWait)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	limit := s.MaxConns
@@ -170,7 +166,7 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 		}
 	}()
 	slotSize, slots := s.limits(req)
-	q, err := newQPConn(s.Dev, slotSize, slots, mr.LocalWrite|mr.RemoteWrite, c.c.LocalAddr())
+	q, err := newQPConn(s.Dev, slotSize, slots, roce.LocalWrite|roce.RemoteWrite, c.c.LocalAddr())
 	if err != nil {
 		return res, refuse(c, err)
 	}
@@ -251,7 +247,7 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 	res.Size = size
 	slotSize, slots := s.limits(req)
 	slotSize, slots = stagingSize(size, slotSize, slots)
-	q, err := newQPConn(s.Dev, slotSize, slots, mr.LocalWrite|mr.RemoteRead, c.c.LocalAddr())
+	q, err := newQPConn(s.Dev, slotSize, slots, roce.LocalWrite|roce.RemoteRead, c.c.LocalAddr())
 	if err != nil {
 		return res, refuse(c, err)
 	}

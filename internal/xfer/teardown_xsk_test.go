@@ -10,9 +10,9 @@ import (
 )
 
 // TestPrivilegedTeardownXSK: over AF_XDP, where an idle device's engine
-// sleeps until a frame or a wake-up (and roce's QP.Destroy alone was seen
-// to wait for good), teardown of a connected, idle queue pair returns long
-// before destroyWait with the queue pair gone, each of three times.
+// sleeps until a frame or a wake-up, closing a connected, idle queue pair
+// (roce's QP.Destroy, which needs the engine to run two more rounds) returns
+// within 250 ms with the queue pair gone, each of three times.
 func TestPrivilegedTeardownXSK(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
@@ -49,13 +49,10 @@ func TestPrivilegedTeardownXSK(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // let both engines go to sleep
 		start := time.Now()
 		qa.close()
-		if d := time.Since(start); d > destroyWait/2 {
+		if d := time.Since(start); d > 250*time.Millisecond {
 			t.Errorf("round %d: teardown took %v", i, d)
 		}
 		qb.close()
-		if !WaitTeardowns(2 * time.Second) {
-			t.Fatalf("round %d: teardowns still running", i)
-		}
 		if na, nb := a.Stats().QPs, b.Stats().QPs; na != 0 || nb != 0 {
 			t.Fatalf("round %d: queue pairs alive: %d, %d", i, na, nb)
 		}

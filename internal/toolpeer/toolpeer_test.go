@@ -1,4 +1,4 @@
-package cm
+package toolpeer
 
 import (
 	"context"
@@ -11,18 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/pcaptest"
+	"github.com/xdproce/xdproce/internal/testenv"
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
 )
 
-// toolPair is two ToolPeers on two roce devices joined by link/pipe.
-func toolPair(t *testing.T) (a, b *ToolPeer) {
+// toolPair is two Peers on two roce devices joined by link/pipe.
+func toolPair(t *testing.T) (a, b *Peer) {
 	t.Helper()
 	la, lb, err := pipe.New(pipe.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk := func(l *pipe.Link, ip string) *ToolPeer {
+	mk := func(l *pipe.Link, ip string) *Peer {
 		d, err := roce.NewDevice(l, &roce.Options{Addrs: []netip.Addr{netip.MustParseAddr(ip)}})
 		if err != nil {
 			t.Fatal(err)
@@ -41,16 +44,16 @@ func toolPair(t *testing.T) (a, b *ToolPeer) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &ToolPeer{QP: q, CQ: cq, MR: m, GID: GIDFromAddr(netip.MustParseAddr(ip))}
+		return &Peer{QP: q, CQ: cq, MR: m, GID: cm.GIDFromAddr(netip.MustParseAddr(ip))}
 	}
 	return mk(la, "198.51.100.1"), mk(lb, "198.51.100.2")
 }
 
-func TestToolPeerPingpong(t *testing.T) {
+func TestPeerPingpong(t *testing.T) {
 	for _, size := range []int{64, 3000} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			a, b := toolPair(t)
-			c, s := tcpPair(t)
+			c, s := testenv.TCPPair(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			errc := make(chan error, 1)
@@ -79,21 +82,21 @@ func TestToolPeerPingpong(t *testing.T) {
 	}
 }
 
-func TestToolPeerPerftest(t *testing.T) {
+func TestPeerPerftest(t *testing.T) {
 	for _, tc := range []struct {
-		test PerftestTest
+		test cm.PerftestTest
 		op   AtomicOp
 		size int
-	}{{WriteBW, "", 4096}, {ReadBW, "", 65536}, {SendBW, "", 4096}, {AtomicBW, FetchAndAdd, 8}, {AtomicBW, CmpAndSwap, 8}, {SendLat, "", 64}} {
+	}{{cm.WriteBW, "", 4096}, {cm.ReadBW, "", 65536}, {cm.SendBW, "", 4096}, {cm.AtomicBW, FetchAndAdd, 8}, {cm.AtomicBW, CmpAndSwap, 8}, {cm.SendLat, "", 64}} {
 		t.Run(fmt.Sprintf("%v%s", tc.test, tc.op), func(t *testing.T) {
 			a, b := toolPair(t)
-			if tc.test == ReadBW {
+			if tc.test == cm.ReadBW {
 				copy(b.MR.Bytes(), strings.Repeat("read me ", 8192))
 			}
-			if tc.test == WriteBW || tc.test == SendBW {
+			if tc.test == cm.WriteBW || tc.test == cm.SendBW {
 				copy(a.MR.Bytes(), strings.Repeat("sent on ", 8192))
 			}
-			c, s := tcpPair(t)
+			c, s := testenv.TCPPair(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			errc := make(chan error, 1)
@@ -117,24 +120,24 @@ func TestToolPeerPerftest(t *testing.T) {
 				t.Errorf("server got report %+v", sr.PeerReport)
 			}
 			switch {
-			case tc.test == WriteBW || tc.test == SendBW:
+			case tc.test == cm.WriteBW || tc.test == cm.SendBW:
 				if got, want := string(b.MR.Bytes()[:tc.size]), strings.Repeat("sent on ", tc.size/8); got != want {
 					t.Errorf("%v: the server's buffer holds %.32q…, want %.32q…", tc.test, got, want)
 				}
-			case tc.test == SendLat:
-				l := cr.Lines(SendLat)
+			case tc.test == cm.SendLat:
+				l := cr.Lines(cm.SendLat)
 				if len(cr.Latencies) != 50 || !strings.HasPrefix(l[len(l)-1], " 64      50      ") {
 					t.Errorf("%d latencies, last line %q", len(cr.Latencies), l[len(l)-1])
 				}
-			case tc.test == ReadBW:
+			case tc.test == cm.ReadBW:
 				if got := string(a.MR.Bytes()[:16]); got != "read me read me " {
 					t.Errorf("READ brought %q", got)
 				}
-			case tc.test == AtomicBW && tc.op == FetchAndAdd:
+			case tc.test == cm.AtomicBW && tc.op == FetchAndAdd:
 				if v := binary.LittleEndian.Uint64(b.MR.Bytes()); v != 50 {
 					t.Errorf("50 FETCH_AND_ADD 1 left %d", v)
 				}
-			case tc.test == AtomicBW && tc.op == CmpAndSwap:
+			case tc.test == cm.AtomicBW && tc.op == CmpAndSwap:
 				if v := binary.LittleEndian.Uint64(b.MR.Bytes()); v != 50 {
 					t.Errorf("50 CMP_AND_SWAP i→i+1 left %d", v)
 				}
@@ -144,30 +147,30 @@ func TestToolPeerPerftest(t *testing.T) {
 }
 
 // The lines of a perftest result are perftest's own: checked against the tools' output in the
-// captures' .txt files, from the keys and reports in the captures.
+// captures' .txt files (in cm/testdata), from the keys and reports in the captures.
 func TestPerftestResultLines(t *testing.T) {
 	for _, tc := range []struct {
-		test       PerftestTest
+		test       cm.PerftestTest
 		pcap, text string
-	}{{WriteBW, "write_bw.pcap", "write_bw.txt"}, {ReadBW, "read_bw.pcap", "read_bw.txt"}} {
-		segs := capturedExchange(t, tc.pcap)
-		var keys [2]PerftestDest
+	}{{cm.WriteBW, "write_bw.pcap", "write_bw.txt"}, {cm.ReadBW, "read_bw.pcap", "read_bw.txt"}} {
+		segs := pcaptest.TCPExchange(t, "../../cm/testdata/"+tc.pcap, cm.DefaultPort)
+		var keys [2]cm.PerftestDest
 		var rep []uint64
 		for _, s := range segs {
 			side := 1
-			if s.fromClient {
+			if s.FromClient {
 				side = 0
 			}
-			if len(s.data) == PerftestKeyLen && keys[side].QPN == 0 {
-				keys[side], _ = UnmarshalPerftestDest(s.data)
+			if len(s.Data) == cm.PerftestKeyLen && keys[side].QPN == 0 {
+				keys[side], _ = cm.UnmarshalPerftestDest(s.Data)
 			}
-			if len(s.data) == 8 && s.fromClient {
-				rep = append(rep, binary.BigEndian.Uint64(s.data))
+			if len(s.Data) == 8 && s.FromClient {
+				rep = append(rep, binary.BigEndian.Uint64(s.Data))
 			}
 		}
-		r := PerftestResult{Local: keys[0], Remote: keys[1], Report: PerftestReport{Size: rep[0], Iters: rep[1],
+		r := PerftestResult{Local: keys[0], Remote: keys[1], Report: cm.PerftestReport{Size: rep[0], Iters: rep[1],
 			BWPeak: math.Float64frombits(rep[2]), BWAvg: math.Float64frombits(rep[3]), MsgRate: math.Float64frombits(rep[4])}}
-		txt, err := os.ReadFile("testdata/" + tc.text)
+		txt, err := os.ReadFile("../../cm/testdata/" + tc.text)
 		if err != nil {
 			t.Fatal(err)
 		}
