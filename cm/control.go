@@ -125,23 +125,33 @@ func (c *Conn) Close() error { return c.nc.Close() }
 
 // Send writes one message.
 func (c *Conn) Send(ctx context.Context, m *Message) error {
-	return c.send(ctx, m, m.Type)
+	return cmErr(c.send(ctx, m, m.Type))
 }
 
 // SendValue writes any JSON-encodable value as one frame. With RecvValue it lets a caller run
 // its own messages over a connection Dial or Accept set up (TLS, retries, hello). Mixing it with
 // Call on the same connection is the caller's business.
 func (c *Conn) SendValue(ctx context.Context, v any) error {
-	return c.send(ctx, v, fmt.Sprintf("%T", v))
+	return cmErr(c.send(ctx, v, fmt.Sprintf("%T", v)))
+}
+
+// cmErr puts the package's name before err (nil and io.EOF stay as they are).
+// The unexported send and receive functions return errors without it, so that
+// the hello exchange can add its own context once.
+func cmErr(err error) error {
+	if err == nil || err == io.EOF {
+		return err
+	}
+	return fmt.Errorf("cm: %w", err)
 }
 
 func (c *Conn) send(ctx context.Context, v any, what string) error {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("cm: encode %s message: %w", what, err)
+		return fmt.Errorf("encode %s message: %w", what, err)
 	}
 	if len(b) > MaxFrame {
-		return fmt.Errorf("cm: %s message of %d bytes is over the %d-byte frame limit", what, len(b), MaxFrame)
+		return fmt.Errorf("%s message of %d bytes is over the %d-byte frame limit", what, len(b), MaxFrame)
 	}
 	frame := make([]byte, 4+len(b))
 	binary.BigEndian.PutUint32(frame, uint32(len(b)))
@@ -155,7 +165,7 @@ func (c *Conn) send(ctx context.Context, v any, what string) error {
 		}
 	}()
 	if _, err := c.nc.Write(frame); err != nil {
-		return ctxErr(ctx, fmt.Errorf("cm: send %s to %v: %w", what, c.nc.RemoteAddr(), err))
+		return ctxErr(ctx, fmt.Errorf("send %s to %v: %w", what, c.nc.RemoteAddr(), err))
 	}
 	return nil
 }
@@ -163,12 +173,17 @@ func (c *Conn) send(ctx context.Context, v any, what string) error {
 // Recv reads one message; it blocks until one arrives, the peer closes (io.EOF), or ctx ends.
 // Error frames are returned as messages; Call turns them into errors.
 func (c *Conn) Recv(ctx context.Context) (*Message, error) {
+	m, err := c.recv(ctx)
+	return m, cmErr(err)
+}
+
+func (c *Conn) recv(ctx context.Context) (*Message, error) {
 	m := new(Message)
-	if err := c.RecvValue(ctx, m); err != nil {
+	if err := c.recvValue(ctx, m); err != nil {
 		return nil, err
 	}
 	if m.Type == "" {
-		return nil, fmt.Errorf("cm: receive from %v: %w: message without type", c.nc.RemoteAddr(), ErrProtocol)
+		return nil, fmt.Errorf("receive from %v: %w: message without type", c.nc.RemoteAddr(), ErrProtocol)
 	}
 	return m, nil
 }
@@ -176,6 +191,10 @@ func (c *Conn) Recv(ctx context.Context) (*Message, error) {
 // RecvValue reads one frame and decodes its JSON into v (see SendValue). It returns io.EOF
 // when the peer closed the connection between frames.
 func (c *Conn) RecvValue(ctx context.Context, v any) error {
+	return cmErr(c.recvValue(ctx, v))
+}
+
+func (c *Conn) recvValue(ctx context.Context, v any) error {
 	stop := context.AfterFunc(ctx, func() { c.nc.SetReadDeadline(time.Unix(1, 0)) })
 	defer func() {
 		if !stop() {
@@ -187,21 +206,21 @@ func (c *Conn) RecvValue(ctx context.Context, v any) error {
 		if errors.Is(err, io.EOF) && ctx.Err() == nil {
 			return io.EOF
 		}
-		return ctxErr(ctx, fmt.Errorf("cm: receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
+		return ctxErr(ctx, fmt.Errorf("receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > MaxFrame {
-		return fmt.Errorf("cm: receive from %v: %w: frame of %d bytes (limit %d; is the peer xdproce?)", c.nc.RemoteAddr(), ErrProtocol, n, MaxFrame)
+		return fmt.Errorf("receive from %v: %w: frame of %d bytes (limit %d; is the peer xdproce?)", c.nc.RemoteAddr(), ErrProtocol, n, MaxFrame)
 	}
 	if cap(c.rbuf) < int(n) {
 		c.rbuf = make([]byte, n)
 	}
 	b := c.rbuf[:n]
 	if _, err := io.ReadFull(c.r, b); err != nil {
-		return ctxErr(ctx, fmt.Errorf("cm: receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
+		return ctxErr(ctx, fmt.Errorf("receive from %v: %w", c.nc.RemoteAddr(), eofProtocol(err)))
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("cm: receive from %v: %w: %v", c.nc.RemoteAddr(), ErrProtocol, err)
+		return fmt.Errorf("receive from %v: %w: %v", c.nc.RemoteAddr(), ErrProtocol, err)
 	}
 	return nil
 }
@@ -261,14 +280,15 @@ func (c *Conn) ReplyError(ctx context.Context, req *Message, err error) error {
 	return c.Send(ctx, m)
 }
 
-// clientHello runs the client side of the hello exchange.
+// clientHello runs the client side of the hello exchange. Its errors, and serverHello's, do
+// not begin with "cm: ": Dial and Accept add it with the peer's address.
 func (c *Conn) clientHello(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	if err := c.Send(ctx, &Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion}); err != nil {
+	if err := c.send(ctx, &Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion}, TypeHello); err != nil {
 		return err
 	}
-	m, err := c.Recv(ctx)
+	m, err := c.recv(ctx)
 	if err == io.EOF {
 		return fmt.Errorf("hello: %w: %v closed the connection (not an xdproce server?)", ErrProtocol, c.nc.RemoteAddr())
 	}
@@ -283,7 +303,7 @@ func (c *Conn) clientHello(ctx context.Context) error {
 func (c *Conn) serverHello(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	m, err := c.Recv(ctx)
+	m, err := c.recv(ctx)
 	if err == io.EOF {
 		return fmt.Errorf("hello: %w: %v closed the connection before its hello", ErrProtocol, c.nc.RemoteAddr())
 	}
@@ -291,10 +311,10 @@ func (c *Conn) serverHello(ctx context.Context) error {
 		return fmt.Errorf("hello: %w", err)
 	}
 	if err := checkHello(m, "client"); err != nil {
-		c.Send(ctx, &Message{Type: TypeError, Error: err.Error()})
+		c.send(ctx, &Message{Type: TypeError, Error: err.Error()}, TypeError)
 		return err
 	}
-	return c.Send(ctx, &Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion})
+	return c.send(ctx, &Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion}, TypeHello)
 }
 
 func checkHello(m *Message, peer string) error {

@@ -299,9 +299,8 @@ func TestAckRefused(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ackHook = tc.damage
-			t.Cleanup(func() { ackHook = nil })
 			p := newPair(t, &Config{TailTimeout: 100 * time.Microsecond})
+			p.b.setAckHook(tc.damage)
 			if tc.hook != nil {
 				p.fb.setHook(tc.hook)
 			}

@@ -82,7 +82,10 @@
 //
 // # Use
 //
-// Send and Recv never block and return 0 bytes when they cannot proceed;
+// Send and Recv do not wait for the peer: they return 0 bytes when they
+// cannot proceed. The one wait is Send's when it finds an ENLARGE_ACK's head
+// in the mailbox but not yet its tail: it spins for the tail up to
+// Config.TailTimeout (200 µs by default), then refuses the ack for this call.
 // Write and Read (and their Context forms) block on top of them. A Channel is
 // built over a Transport, the few verbs it needs from one queue pair; Verbs
 // is the Transport over a roce queue pair (see the example). Both ends must

@@ -259,9 +259,8 @@ func TestGoldenThreePhases(t *testing.T) {
 }
 
 func TestGoldenAckTimesOut(t *testing.T) {
-	ackHook = func(a []byte) { clear(a[28:32]) } // the tail never comes
-	t.Cleanup(func() { ackHook = nil })
 	l := newLab(t, &Config{TailTimeout: 50e3}, true)
+	l.b.ch.setAckHook(func(a []byte) { clear(a[28:32]) }) // the tail never comes
 	ep := l.b.ch.Endpoint()
 	big := payload(5000, 5)
 	for i := 0; i < 4; i++ {

@@ -68,9 +68,8 @@ func TestLabPromotionsOverRoCE(t *testing.T) {
 }
 
 func TestLabAckWithoutTailTimesOut(t *testing.T) {
-	ackHook = func(a []byte) { clear(a[28:32]) }
-	t.Cleanup(func() { ackHook = nil })
 	l := newLab(t, nil, false)
+	l.b.ch.setAckHook(func(a []byte) { clear(a[28:32]) })
 	big := payload(5000, 1)
 	for i := 0; i < 3; i++ {
 		n, err := l.a.ch.Send([][]byte{big})

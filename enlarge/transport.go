@@ -2,9 +2,10 @@ package enlarge
 
 // Transport is the narrow slice of RDMA verbs a Channel needs: one connected
 // RC queue pair with its completion queue, and memory registration in the
-// protection domain of that queue pair. NewRoCE adapts a roce.QP; tests use an
-// in-package fake. A Transport is used by one Channel; the Channel serialises
-// its calls.
+// protection domain of that queue pair. Verbs (NewVerbs) is the Transport
+// over a roce.QP; tests also use an in-package fake. A Transport is used by
+// one Channel; the Channel serialises its calls and puts "enlarge: " and what
+// it was doing before the errors they return.
 type Transport interface {
 	// Register allocates n bytes and registers them for local write and
 	// remote write.

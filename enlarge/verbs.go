@@ -79,7 +79,7 @@ const verbsAccess = roce.LocalWrite | roce.RemoteWrite
 // Register allocates n bytes and registers them for local and remote write.
 func (v *Verbs) Register(n int) (Region, error) {
 	if n <= 0 {
-		return nil, fmt.Errorf("enlarge: register %d B: %w", n, ErrConfig)
+		return nil, fmt.Errorf("register %d B: %w", n, ErrConfig)
 	}
 	buf := make([]byte, n)
 	var m *roce.MR
@@ -90,12 +90,12 @@ func (v *Verbs) Register(n int) (Region, error) {
 		m, err = v.pd.RegMR(buf, verbsAccess)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("enlarge: register %d B: %w", n, err)
+		return nil, err // roce's error says what failed; the Channel adds its context
 	}
 	return m, nil
 }
 
-var errForeignRegion = errors.New("enlarge: region not registered by this transport")
+var errForeignRegion = errors.New("region not registered by this transport")
 
 // Deregister invalidates r's keys and drops it.
 func (v *Verbs) Deregister(r Region) error {

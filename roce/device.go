@@ -257,12 +257,16 @@ const firstQPN = 0x11
 // NewDevice makes a Device over l and starts its progress engine. The Device
 // owns l from then on and closes it on Close.
 func NewDevice(l link.Link, opts *Options) (*Device, error) {
-	return newDevice(l, opts, "", "link given to NewDevice")
+	d, err := newDevice(l, opts, "", "link given to NewDevice")
+	if err != nil {
+		return nil, fmt.Errorf("roce: %w", err)
+	}
+	return d, nil
 }
 
 func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, error) {
 	if l == nil {
-		return nil, errors.New("roce: new device: nil link")
+		return nil, errors.New("new device: nil link")
 	}
 	var o Options
 	if opts != nil {
@@ -279,21 +283,21 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	}
 	if len(o.CPUs) > 0 {
 		if err := checkCPUs(o.CPUs); err != nil {
-			return nil, fmt.Errorf("roce: new device: %w", err)
+			return nil, fmt.Errorf("new device: %w", err)
 		}
 		o.CPUs = slices.Clone(o.CPUs)
 	}
 	props := l.Props()
 	if props.MTU < 256+80 {
-		return nil, fmt.Errorf("roce: new device: link MTU %d is below the smallest RoCE path MTU (256 + headers)", props.MTU)
+		return nil, fmt.Errorf("new device: link MTU %d is below the smallest RoCE path MTU (256 + headers)", props.MTU)
 	}
 	if props.MaxFrame < props.MTU+18 {
-		return nil, fmt.Errorf("roce: new device: link transmit buffers of %d bytes cannot hold MTU %d frames", props.MaxFrame, props.MTU)
+		return nil, fmt.Errorf("new device: link transmit buffers of %d bytes cannot hold MTU %d frames", props.MaxFrame, props.MTU)
 	}
 	if o.Capture != nil {
 		w, err := capture.NewWriter(o.Capture, nil)
 		if err != nil {
-			return nil, fmt.Errorf("roce: new device: %w", err)
+			return nil, fmt.Errorf("new device: %w", err)
 		}
 		name := ifname
 		if name == "" {
@@ -331,7 +335,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	go e.run(started)
 	if err := <-started; err != nil {
 		<-d.done
-		return nil, fmt.Errorf("roce: new device: %w", err)
+		return nil, fmt.Errorf("new device: %w", err)
 	}
 	return d, nil
 }

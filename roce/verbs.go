@@ -131,18 +131,24 @@ func (q *QP) Type() QPType { return q.typ }
 // When the link forces a UDP source port (link/udp), the address vector's
 // SrcPort is set to it.
 func (q *QP) Modify(attr *Attr, mask AttrMask) error {
+	if err := q.modify(attr, mask); err != nil {
+		return fmt.Errorf("roce: modify qp %#x: %w", q.e.qpn, err)
+	}
+	return nil
+}
+
+// modify is Modify without the "roce: modify qp" context (Connect and
+// Activate give their own).
+func (q *QP) modify(attr *Attr, mask AttrMask) error {
 	if attr == nil {
-		return errors.New("roce: modify qp: nil attr")
+		return errors.New("nil attr")
 	}
 	if mask&qp.AttrAV != 0 && q.d.props.SrcPort != 0 && attr.AV.SrcPort != q.d.props.SrcPort {
 		a := *attr
 		a.AV.SrcPort = q.d.props.SrcPort
 		attr = &a
 	}
-	if err := q.q.Modify(attr, mask); err != nil {
-		return fmt.Errorf("roce: modify qp %#x: %w", q.e.qpn, err)
-	}
-	return nil
+	return q.q.Modify(attr, mask)
 }
 
 // PostSend posts a send work request (the QP copies it).
@@ -209,13 +215,17 @@ func (d *Device) CreateAH(dgid netip.Addr, qpn, qkey uint32) (*AH, error) {
 // IPv6 GID). The destination MAC comes from Options.Resolve (the kernel's
 // neighbour table under Open), zero when the device has no resolver.
 func (d *Device) ResolveAV(dgid, sgid netip.Addr) (AddressVector, error) {
-	return d.resolveAV(dgid, sgid, true)
+	av, err := d.resolveAV(dgid, sgid, true)
+	if err != nil {
+		return av, fmt.Errorf("roce: %w", err)
+	}
+	return av, nil
 }
 
 func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector, error) {
 	var av AddressVector
 	if !dgid.IsValid() {
-		return av, errors.New("roce: resolve: invalid destination GID")
+		return av, errors.New("resolve: invalid destination GID")
 	}
 	dst := IPFromGID(dgid)
 	src := netip.Addr{}
@@ -227,10 +237,10 @@ func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector
 			}
 		}
 		if !src.IsValid() {
-			return av, fmt.Errorf("roce: resolve: source GID %v is not in the device's GID table", sgid)
+			return av, fmt.Errorf("resolve: source GID %v is not in the device's GID table", sgid)
 		}
 		if src.Is4() != dst.Is4() {
-			return av, fmt.Errorf("roce: resolve: source GID %v and destination GID %v are of different IP families", sgid, dgid)
+			return av, fmt.Errorf("resolve: source GID %v and destination GID %v are of different IP families", sgid, dgid)
 		}
 	} else {
 		for _, g := range d.gids {
@@ -245,7 +255,7 @@ func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector
 			break
 		}
 		if !src.IsValid() {
-			return av, fmt.Errorf("roce: resolve: no source GID of the family of %v on the device", dgid)
+			return av, fmt.Errorf("resolve: no source GID of the family of %v on the device", dgid)
 		}
 	}
 	av.SrcIP, av.DstIP = src, dst
@@ -255,10 +265,10 @@ func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector
 	if d.resolve != nil && lookupMAC {
 		mac, err := d.resolve(dst)
 		if err != nil {
-			return av, fmt.Errorf("roce: resolve %v: %w", dst, err)
+			return av, fmt.Errorf("resolve %v: %w", dst, err)
 		}
 		if len(mac) != 6 {
-			return av, fmt.Errorf("roce: resolve %v: got %d-byte hardware address", dst, len(mac))
+			return av, fmt.Errorf("resolve %v: got %d-byte hardware address", dst, len(mac))
 		}
 		copy(av.DstMAC[:], mac)
 	}
@@ -346,7 +356,7 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 		steps[2].mask &^= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
 	}
 	for _, s := range steps {
-		if err := q.Modify(&s.attr, s.mask); err != nil {
+		if err := q.modify(&s.attr, s.mask); err != nil {
 			return fmt.Errorf("roce: connect qp %#x to %s: %w", q.e.qpn, s.name, err)
 		}
 	}
@@ -366,7 +376,7 @@ func (q *QP) Activate(qkey, psn uint32) error {
 		{"RTS", qp.Attr{State: qp.RTS, SQPSN: psn}, qp.AttrState | qp.AttrSQPSN},
 	}
 	for _, s := range steps {
-		if err := q.Modify(&s.attr, s.mask); err != nil {
+		if err := q.modify(&s.attr, s.mask); err != nil {
 			return fmt.Errorf("roce: activate qp %#x to %s: %w", q.e.qpn, s.name, err)
 		}
 	}

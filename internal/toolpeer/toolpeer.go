@@ -96,15 +96,16 @@ func (p *Peer) send(off, size int) error {
 	return nil
 }
 
-// poll waits for completions; an error status is an error naming the work request.
+// poll waits for completions; an error status is an error naming the work request. Its errors
+// have no "toolpeer: " (every caller adds it with what the run was doing).
 func (p *Peer) poll(ctx context.Context, wcs []roce.WC) ([]roce.WC, error) {
 	n, err := p.CQ.Wait(ctx, wcs)
 	if err != nil {
-		return nil, fmt.Errorf("toolpeer: wait for completions: %w", err)
+		return nil, fmt.Errorf("wait for completions: %w", err)
 	}
 	for _, wc := range wcs[:n] {
 		if wc.Status != roce.WCSuccess {
-			return nil, fmt.Errorf("toolpeer: work request %d (%v): %v", wc.ID, wc.Opcode, wc.Status)
+			return nil, fmt.Errorf("work request %d (%v): %v", wc.ID, wc.Opcode, wc.Status)
 		}
 	}
 	return wcs[:n], nil
