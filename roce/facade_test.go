@@ -3,6 +3,7 @@ package roce_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -134,5 +135,36 @@ func TestQPStateQueryStats(t *testing.T) {
 	}
 	if err := x.qp.Destroy(); !errors.Is(err, roce.ErrDestroyed) {
 		t.Errorf("second Destroy: %v, want roce.ErrDestroyed", err)
+	}
+}
+
+// TestErrorsNameRoceOnce: the facade's errors say "roce:" once, also when the
+// cause comes from a step that has errors of its own (Connect's Modify and
+// address resolution, NewDevice's checks).
+func TestErrorsNameRoceOnce(t *testing.T) {
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	x := newSide(t, p.a, roce.RC, connCfg{}, 0x1000)
+	y := newSide(t, p.b, roce.RC, connCfg{}, 0x2000)
+	if err := x.qp.Connect(x.psn, y.endpoint(t), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, errNewDevice := roce.NewDevice(nil, nil)
+	_, errResolve := p.a.ResolveAV(netip.MustParseAddr("2001:db8::1"), netip.Addr{})
+	for what, err := range map[string]error{
+		"second Connect": x.qp.Connect(x.psn, y.endpoint(t), nil),
+		"Connect to a GID of another family": y.qp.Connect(y.psn,
+			roce.Endpoint{QPN: x.qp.QPN(), GID: netip.MustParseAddr("2001:db8::1")}, nil),
+		"NewDevice without a link":  errNewDevice,
+		"ResolveAV":                 errResolve,
+		"Modify without attributes": x.qp.Modify(nil, roce.AttrState),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", what)
+		} else if n := strings.Count(err.Error(), "roce:"); n != 1 {
+			t.Errorf("%s: %q names roce %d times", what, err, n)
+		}
+	}
+	if err := x.qp.Connect(x.psn, y.endpoint(t), nil); !errors.Is(err, roce.ErrState) {
+		t.Errorf("second Connect: %v, want roce.ErrState", err)
 	}
 }
