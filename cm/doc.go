@@ -21,7 +21,8 @@
 // moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong and
 // PerftestSetup are where that happens); internal/toolpeer drives a roce queue pair through
 // these exchanges as the tools do, for the CLI's pingpong and bench commands. Conn.SendValue and
-// RecvValue let a caller carry its own JSON messages over a connection Dial or Accept set up.
+// RecvValue let a caller carry its own JSON messages over a connection Dial or Accept set up;
+// ExchangeRC is the common case, one RC endpoint and memory region each way.
 //
 // Errors: ErrVersionMismatch, ErrFingerprintMismatch and ErrProtocol are sentinels callers may
 // branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)
