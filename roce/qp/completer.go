@@ -8,13 +8,12 @@ import (
 
 // The completer handles what comes back to a requester (IBA 9.7;
 // rxe_comp.c): ACKs, NAKs, READ responses and atomic ACKs. It completes send
-// WQEs, rewinds the requester for go-back-N, runs the local ACK timer and the
-// RNR wait, and turns NAKs into error completions.
+// WQEs, keeps retry_cnt and rnr_retry, tells the send window (window.go)
+// what was acknowledged or lost and fires its timers, rewinds the requester
+// for go-back-N through its action, and turns NAKs into error completions.
 
 type completer struct {
 	head       uint32 // oldest WQE not retired
-	ackPSN     uint32 // oldest PSN not yet acknowledged (or answered)
-	deadline   int64  // local ACK timer (0: off)
 	retries    uint8  // retry_cnt left
 	rnrRetries uint8  // rnr_retry left (7: infinite)
 	gapPSN     uint32 // a retry for a lost response was started at this PSN
@@ -22,187 +21,15 @@ type completer struct {
 	nakPSN     uint32 // the last PSN sequence error NAK acted on
 	nakSet     bool
 	retrying   bool // a retry sequence was started and no progress came since
-
-	// The send window in use (PSNs), up to Config.SendWindow: it starts at
-	// initialWindow and doubles per round trip (one PSN per PSN
-	// acknowledged) up to ssthresh, as TCP's slow start; on a loss (a PSN
-	// sequence NAK, a lost response) it halves, at most once per window's
-	// worth of packets and not below floor(), then grows by one PSN per
-	// window of acknowledged PSNs; a fast retransmission halves it the
-	// same way (and is undone if it proves spurious). When the local ACK
-	// timer finds the loss (everything in flight was lost, the NAK too),
-	// it restarts from floor() and slow-starts to half the window before
-	// the loss. Without loss it reaches its maximum.
-	cwnd       uint32
-	cwndAcc    uint32 // acknowledged PSNs towards the next increase
-	ssthresh   uint32 // slow start below this window
-	recoverPSN uint32 // no further decrease until this PSN is acknowledged
-	recovering bool
-
-	// Fast retransmission, on top of IBA's local ACK timer (which alone
-	// spends retry_cnt and ends in RETRY_EXC_ERR): when an ACK the requester
-	// asked for (AckReq) is overdue by the measured round trip, it resends
-	// from the oldest unacknowledged PSN. After a lost NAK or a lost resent
-	// packet the responder stays silent until the timer, so without this a
-	// single loss there costs a whole local ACK timeout.
-	srtt, rttvar int64  // smoothed round trip and its variation (ns); srtt 0: no sample yet
-	minRTT       int64  // the smallest round trip sampled (ns): the path without queues
-	sampling     bool   // an RTT sample is under way (never on resent packets)
-	sampleResent bool   // a NAK rewound: the next resent AckReq packet may be sampled
-	sampPSN      uint32 // its packet
-	sampAt       int64
-	fastPSN      uint32 // the last packet sent with AckReq
-	fastSentAt   int64  // when it was sent
-	fastDeadline int64  // its ACK is overdue at this time (0: off)
-	fastTries    uint8  // fast retransmissions since the last progress
-
-	// Spurious fast retransmission (as TCP's Eifel, RFC 3522, without
-	// timestamps): an ACK past the overdue packet that comes back sooner
-	// than the path's minimum round trip after the resend, or before the
-	// resend (held back by the halved window) sent that packet again,
-	// answers the original transmission, so nothing was lost; the
-	// window before the resend is restored and the ACK's round trip, late
-	// as it was, is sampled so that the timeout grows.
-	undo           bool   // a fast retransmission may yet prove spurious
-	undoAt         int64  // when it resent
-	undoPSN        uint32 // the overdue packet
-	undoSentAt     int64  // when that packet was first sent
-	undoCwnd       uint32 // the window state before it
-	undoSsthresh   uint32
-	undoRecovering bool
-	undoRecoverPSN uint32
-	reqPSN         uint32 // the requester's next PSN when the packet arrived
 }
 
-const (
-	fastMinRTO   = 20_000 // ns
-	fastMaxTries = 3
-)
-
-// rto is the fast retransmission timeout: 2·srtt + 4·rttvar, at least
-// fastMinRTO, doubled for each fast retransmission without progress.
-func (c *completer) rto() int64 {
-	return max(2*c.srtt+4*c.rttvar, fastMinRTO) << c.fastTries
+// start readies the completer for RTS: the retry counters of a.
+func (c *completer) start(a *Attr) {
+	c.retries, c.rnrRetries = a.RetryCnt, a.RNRRetry
 }
 
-// sentAckReq notes a packet sent with AckReq at psn.
-func (c *completer) sentAckReq(q *QP, psn uint32, resent bool) {
-	now := q.e.now
-	if (!resent || c.sampleResent) && !c.sampling {
-		c.sampling, c.sampPSN, c.sampAt = true, psn, now
-		c.sampleResent = false
-	}
-	c.fastPSN, c.fastSentAt = psn, now
-	c.fastDeadline = 0
-	if c.srtt != 0 && c.fastTries < fastMaxTries {
-		rto := c.rto()
-		if t := timeoutNs(q.e.attr.Timeout); t == 0 || rto < t {
-			c.fastDeadline = now + rto
-		}
-	}
-}
-
-// spurious undoes a fast retransmission that an ACK for the original
-// transmission proved needless: the window goes back to what it was, and
-// the late round trip is sampled with the variation raised to a quarter of
-// it, so that the next timeout waits at least that long (RFC 4015's
-// response, roughly) and the variation decays over the following samples.
-func (c *completer) spurious(q *QP) {
-	q.stats.inc(CtrSpuriousFastRetransmits)
-	r := q.e.now - c.undoSentAt
-	c.rttSample(r)
-	c.rttvar = max(c.rttvar, r/4)
-	if !q.fixedWin {
-		c.cwnd, c.ssthresh = max(c.cwnd, c.undoCwnd), c.undoSsthresh
-		c.recovering, c.recoverPSN = c.undoRecovering, c.undoRecoverPSN
-	}
-}
-
-// rttSample folds one round trip into srtt and rttvar (RFC 6298).
-func (c *completer) rttSample(r int64) {
-	r = max(r, 1)
-	if c.minRTT == 0 || r < c.minRTT {
-		c.minRTT = r
-	}
-	if c.srtt == 0 {
-		c.srtt, c.rttvar = r, r/2
-		return
-	}
-	d := c.srtt - r
-	if d < 0 {
-		d = -d
-	}
-	c.rttvar = (3*c.rttvar + d) / 4
-	c.srtt = (7*c.srtt + r) / 8
-}
-
-// Bounds of the send window's response to loss. Go-back-N resends all that
-// is in flight after a lost packet, so the best window under random loss is
-// about the path's bandwidth-delay product: smaller leaves the link idle,
-// larger only queues packets that are resent. On a loss the window goes no
-// lower than that estimate, cwnd × minimum RTT / smoothed RTT (the queued
-// part of the window taken off), kept within [lossFloorMin, lossFloorMax];
-// before any RTT sample, lossFloor. A connection starts at initialWindow
-// and slow-starts towards Config.SendWindow. Measured with
-// TestGoodputUnderLoss (5 % loss each way; relay, veth, fast paths):
-// floor 16 fixed gave 25/41/5 % of loss-free goodput, the estimate
-// clamped to [12, 32] with initialWindow 128 and AckReq every 2nd to 4th
-// packet at such windows 33/54/6 %; fixed floors of 8, 12, 20, 24 and 32
-// each lost on one path what they gained on another.
-const (
-	lossFloor     = 16
-	lossFloorMin  = 12
-	lossFloorMax  = 32
-	initialWindow = 128
-)
-
-// floor is the lowest window a loss may leave.
-func (c *completer) floor(q *QP) uint32 {
-	f := uint32(lossFloor)
-	if c.minRTT > 0 && c.srtt > 0 {
-		f = min(max(uint32(int64(c.cwnd)*c.minRTT/c.srtt), lossFloorMin), lossFloorMax)
-	}
-	return min(f, q.window)
-}
-
-// lossEvent shrinks the send window (multiplicative decrease). severe (the
-// local ACK timer fired: the path lost everything in flight) restarts from
-// the floor and grows back quickly to half the old window (slow start).
-func (c *completer) lossEvent(q *QP, severe bool) {
-	if q.fixedWin {
-		return
-	}
-	if c.recovering && wire.PSNBefore(c.ackPSN, c.recoverPSN) && !severe {
-		return // the same loss episode
-	}
-	lo := c.floor(q)
-	if !c.recovering || !wire.PSNBefore(c.ackPSN, c.recoverPSN) {
-		c.ssthresh = max(c.cwnd/2, lo)
-	}
-	c.cwnd = c.ssthresh
-	if severe {
-		c.cwnd = lo
-	}
-	c.cwndAcc = 0
-	c.recovering, c.recoverPSN = true, q.req.maxPSN
-}
-
-// grow widens the window by acked PSNs: by each below ssthresh (slow start),
-// by one per window above it (additive increase).
-func (c *completer) grow(q *QP, acked uint32) {
-	if c.cwnd >= q.window {
-		return
-	}
-	if c.cwnd < c.ssthresh {
-		c.cwnd = min(c.cwnd+acked, c.ssthresh)
-		return
-	}
-	c.cwndAcc += acked
-	for c.cwndAcc >= c.cwnd && c.cwnd < q.window {
-		c.cwndAcc -= c.cwnd
-		c.cwnd++
-	}
-}
+// first is the index of the oldest send WQE not retired.
+func (c *completer) first() uint32 { return c.head }
 
 // compState is a stage of the completer.
 type compState uint8
@@ -214,7 +41,7 @@ const (
 	compAck                       // ACK: complete SEND/WRITE WQEs up to its PSN
 	compRead                      // place READ response data
 	compAtomic                    // place the atomic result
-	compRetry                     // go-back-N from comp.retryPSN
+	compRetry                     // go-back-N from compPkt.retry
 	compRNR                       // RNR NAK: wait the timer, then resend
 	compError                     // NAK class C at the peer: complete in error, QP to Error
 	compDone                      // finished with the packet
@@ -231,7 +58,7 @@ type compAction uint8
 const (
 	compActNone     compAction = iota
 	compActProgress            // the acknowledged PSN moved: reset retry counts and the timer
-	compActRewind              // resend from c.retry
+	compActRewind              // resend from compPkt.retry
 	compActFail                // complete the WQE with the status, QP to Error
 )
 
@@ -242,14 +69,14 @@ type compPkt struct {
 	w      *sendWQE
 	retry  uint32
 	status WCStatus
-	// progressed: the implicit acknowledgement moved ackPSN.
+	// progressed: the implicit acknowledgement moved the window's unacked PSN.
 	progressed bool
-	ackBefore  uint32 // ackPSN when the packet arrived
+	seqNAK     bool   // a PSN sequence error NAK asks for the resend
+	ackBefore  uint32 // the unacked PSN when the packet arrived
 }
 
 func (q *QP) complete(p *wire.Packet, info *wire.OpInfo) {
-	k := compPkt{p: p, info: info, ackBefore: q.comp.ackPSN}
-	q.comp.reqPSN = q.req.psn
+	k := compPkt{p: p, info: info, ackBefore: q.win.unacked()}
 	st := compCheckPSN
 	for st != compDone {
 		var act compAction
@@ -273,31 +100,38 @@ func (q *QP) complete(p *wire.Packet, info *wire.OpInfo) {
 		case compError:
 			st, act = compDone, compActFail
 		}
-		switch act {
-		case compActProgress:
-			q.comp.progress(q, k.ackBefore)
-		case compActRewind:
-			q.rewind(k.retry)
-		case compActFail:
-			if k.w != nil {
-				k.w.done, k.w.status = true, k.status
-			}
-			q.fail()
+		if !q.compAct(act, &k) {
 			return
 		}
 	}
 }
 
+// compAct carries out an action of the completer; false when the QP failed.
+func (q *QP) compAct(act compAction, k *compPkt) bool {
+	switch act {
+	case compActProgress:
+		q.compProgress(k.ackBefore)
+	case compActRewind:
+		q.rewind(k.retry)
+	case compActFail:
+		if k.w != nil {
+			k.w.done, k.w.status = true, k.status
+		}
+		q.fail()
+		return false
+	}
+	return true
+}
+
 // compCheckPSN drops packets about nothing outstanding: PSNs before the
 // oldest unacknowledged one (minus one: a repeated ACK) or never sent.
 func (q *QP) compCheckPSN(k *compPkt) compState {
-	c, r := &q.comp, &q.req
-	psn := k.p.BTH.PSN
-	if !r.sent || !wire.PSNBefore(psn, r.maxPSN) || wire.PSNBefore(psn, wire.PSNAdd(c.ackPSN, wire.PSNMask)) {
+	psn, una := k.p.BTH.PSN, q.win.unacked()
+	if !q.win.wasSent(psn) || wire.PSNBefore(psn, wire.PSNAdd(una, wire.PSNMask)) {
 		q.stats.inc(CtrDropped)
 		return compDone
 	}
-	if k.info.Kind == wire.KindAck && k.p.AETH.Type() != wire.SyndromeACK && wire.PSNBefore(psn, c.ackPSN) {
+	if k.info.Kind == wire.KindAck && k.p.AETH.Type() != wire.SyndromeACK && wire.PSNBefore(psn, una) {
 		q.stats.inc(CtrDropped) // a NAK for a PSN acknowledged since: stale
 		return compDone
 	}
@@ -311,9 +145,9 @@ func (q *QP) compImplicit(k *compPkt) (compState, compAction) {
 		return compCheckAck, compActNone
 	}
 	prev := wire.PSNAdd(k.p.BTH.PSN, wire.PSNMask)
-	before := q.comp.ackPSN
+	before := q.win.unacked()
 	retry, ok := q.ackThrough(prev)
-	k.progressed = before != q.comp.ackPSN
+	k.progressed = before != q.win.unacked()
 	act := compActNone
 	if k.progressed {
 		act = compActProgress
@@ -328,11 +162,13 @@ func (q *QP) compImplicit(k *compPkt) (compState, compAction) {
 }
 
 // ackThrough marks SEND/WRITE WQEs whose last PSN is at or before last as
-// done and moves ackPSN. It stops at an unanswered READ/atomic WQE that
-// last covers: its response was lost, and it returns the PSN to resend
-// from with ok == false (rxe: an ACK past a READ means retry).
+// done and advances the window's unacked PSN. It stops at an unanswered
+// READ/atomic WQE that last covers: its response was lost, and it returns
+// the PSN to resend from with ok == false (rxe: an ACK past a READ means
+// retry). A requester about to resend what this covers skips it when it
+// next runs (reqProgress).
 func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
-	c, r := &q.comp, &q.req
+	c := &q.comp
 	posted := q.sqPosted.Load()
 	next := wire.PSNAdd(last, 1)
 	for i := c.head; i != posted; i++ {
@@ -350,9 +186,7 @@ func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
 			if wire.PSNBefore(last, w.readPSN) {
 				break // consistent with the responses received so far
 			}
-			if wire.PSNBefore(c.ackPSN, w.readPSN) {
-				c.ackPSN = w.readPSN
-			}
+			q.win.advance(w.readPSN)
 			return w.readPSN, false
 		}
 		if wire.PSNBefore(last, w.lastPSN) {
@@ -360,12 +194,7 @@ func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
 		}
 		w.done = true
 	}
-	if wire.PSNBefore(c.ackPSN, next) {
-		c.ackPSN = next
-	}
-	if wire.PSNBefore(r.psn, c.ackPSN) {
-		q.rewind(c.ackPSN) // a late ACK covered what we were about to resend
-	}
+	q.win.advance(next)
 	return 0, true
 }
 
@@ -394,13 +223,7 @@ func (q *QP) compCheckAck(k *compPkt) compState {
 				return compDone
 			}
 			c.nakSet, c.nakPSN = true, k.p.BTH.PSN
-			k.retry = k.p.BTH.PSN
-			// The responder drops every packet after the NAKed one until it
-			// comes again, so an ACK of a packet resent now can only answer
-			// the resent copy: a clean RTT sample even though resent (on a
-			// lossy path the originals rarely go unNAKed long enough for
-			// Karn's rule to allow one).
-			c.sampleResent = true
+			k.retry, k.seqNAK = k.p.BTH.PSN, true
 			return compRetry
 		default:
 			k.status = nakStatus(a.Syndrome)
@@ -443,7 +266,7 @@ func (q *QP) oldest() *sendWQE {
 }
 
 func (q *QP) compAck(k *compPkt) (compState, compAction) {
-	before := q.comp.ackPSN
+	before := q.win.unacked()
 	retry, ok := q.ackThrough(k.p.BTH.PSN)
 	if !ok {
 		if !q.lostResponse(k, retry) {
@@ -451,7 +274,7 @@ func (q *QP) compAck(k *compPkt) (compState, compAction) {
 		}
 		return compRetry, compActNone
 	}
-	if before == q.comp.ackPSN {
+	if before == q.win.unacked() {
 		return compDone, compActNone // a repeated ACK
 	}
 	return compDone, compActProgress
@@ -486,7 +309,7 @@ func (q *QP) compRead(k *compPkt) (compState, compAction) {
 		return compError, compActNone
 	}
 	w.readPSN = wire.PSNAdd(psn, 1)
-	q.comp.ackPSN = w.readPSN
+	q.win.advance(w.readPSN)
 	if last {
 		w.done = true
 	}
@@ -539,7 +362,7 @@ func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
 	}
 	w.done = true
 	w.readPSN = wire.PSNAdd(psn, 1)
-	q.comp.ackPSN = w.readPSN
+	q.win.advance(w.readPSN)
 	q.comp.gapSet = false
 	return compDone, compActProgress
 }
@@ -558,7 +381,7 @@ func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
 // lost), resend without spending.
 func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 	c := &q.comp
-	c.lossEvent(q, false)
+	q.win.loss(k.seqNAK)
 	if !k.progressed && !c.retrying && k.info.Kind == wire.KindAck && k.p.AETH.Type() == wire.SyndromeNAK {
 		if c.retries == 0 {
 			k.w, k.status = q.oldest(), WCRetryExcErr
@@ -567,10 +390,6 @@ func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 		c.retries--
 	}
 	c.retrying = true
-	c.undo = false // a loss the NAK reports: the resend stands
-	// The resend starts now; an ACK overdue from before it must not start
-	// another one (the resent AckReq packets arm the fast timer again).
-	c.fastDeadline = 0
 	return compDone, compActRewind
 }
 
@@ -586,108 +405,88 @@ func (q *QP) compRNR(k *compPkt) (compState, compAction) {
 		}
 		c.rnrRetries--
 	}
-	q.req.rnrUntil = q.e.now + rnrTimerNs[k.p.AETH.RNRTimer()]
-	if q.req.rnrUntil == 0 {
-		q.req.rnrUntil = 1
-	}
+	q.win.rnr(q.e.now, rnrTimerNs[k.p.AETH.RNRTimer()])
 	k.retry = k.p.BTH.PSN
-	c.deadline = 0
-	c.fastDeadline = 0
-	c.undo = false
 	return compDone, compActRewind
 }
 
-// progress notes forward progress: retry counts start over, the timer
-// restarts (or stops when nothing is outstanding).
-func (c *completer) progress(q *QP, before uint32) {
-	if d := wire.PSNDiff(c.ackPSN, before); d > 0 {
-		c.grow(q, uint32(d))
-	}
-	if c.recovering && !wire.PSNBefore(c.ackPSN, c.recoverPSN) {
-		c.recovering = false
-	}
-	if c.sampling && wire.PSNBefore(c.sampPSN, c.ackPSN) {
-		c.rttSample(q.e.now - c.sampAt)
-		c.sampling = false
-	}
-	if c.undo && wire.PSNBefore(c.undoPSN, c.ackPSN) {
-		c.undo = false
-		// Answered by the original transmission: sooner than a resend
-		// could have made the round trip, or before the resend reached it.
-		if q.e.now-c.undoAt < c.minRTT || !wire.PSNBefore(c.undoPSN, c.reqPSN) {
-			c.spurious(q)
-		}
-	}
-	c.fastTries = 0
-	if wire.PSNBefore(c.fastPSN, c.ackPSN) {
-		c.fastDeadline = 0 // what was asked for is answered
-	} else if c.fastDeadline != 0 {
-		c.fastDeadline = q.e.now + c.rto() // overdue means no progress for a while
+// compProgress notes forward progress: the window responds (and may find a
+// fast retransmission spurious), retry counts start over.
+func (q *QP) compProgress(before uint32) {
+	c := &q.comp
+	if q.win.acked(before, q.e.now) {
+		q.stats.inc(CtrSpuriousFastRetransmits)
 	}
 	c.retries = q.e.attr.RetryCnt
 	c.nakSet = false
 	c.retrying = false
-	if q.req.rnrUntil == 0 {
+	if !q.win.rnrPending() {
 		c.rnrRetries = q.e.attr.RNRRetry
 	}
-	c.deadline = 0
-	if q.outstanding() {
-		c.armTimer(q)
-	}
 }
 
-func (c *completer) armTimer(q *QP) {
-	if t := timeoutNs(q.e.attr.Timeout); t != 0 {
-		c.deadline = q.e.now + t
-	}
-}
-
-// outstanding reports whether a sent request is unanswered.
-func (q *QP) outstanding() bool {
-	return q.req.sent && wire.PSNBefore(q.comp.ackPSN, q.req.maxPSN)
-}
-
-// timers fires the local ACK timer (IBA 9.7): resend from the oldest
-// unacknowledged PSN while retry_cnt lasts, then RETRY_EXC_ERR.
+// timers fires the send window's timers: an overdue ACK resends from the
+// oldest unacknowledged PSN without spending retry_cnt; the local ACK timer
+// (IBA 9.7) resends from there while retry_cnt lasts, then completes the
+// oldest WQE with RETRY_EXC_ERR.
 func (q *QP) timers() {
 	c := &q.comp
-	now := q.e.now
-	if c.fastDeadline != 0 && now >= c.fastDeadline {
-		c.fastDeadline = 0
-		if q.outstanding() && q.req.rnrUntil == 0 {
-			c.fastTries++
-			q.stats.inc(CtrFastRetransmits)
-			if !c.undo && c.minRTT > 0 {
-				c.undo, c.undoAt, c.undoPSN, c.undoSentAt = true, now, c.fastPSN, c.fastSentAt
-				c.undoCwnd, c.undoSsthresh = c.cwnd, c.ssthresh
-				c.undoRecovering, c.undoRecoverPSN = c.recovering, c.recoverPSN
-			}
-			c.lossEvent(q, false)
-			c.gapSet = false
-			c.retrying = true
-			q.rewind(c.ackPSN)
-		}
+	fast, timeout := q.win.expired(q.e.now)
+	if fast {
+		q.stats.inc(CtrFastRetransmits)
+		c.gapSet = false
+		c.retrying = true
+		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
 	}
-	if c.deadline == 0 || now < c.deadline {
-		return
-	}
-	c.deadline = 0
-	if !q.outstanding() {
+	if !timeout {
 		return
 	}
 	q.stats.inc(CtrTimeouts)
-	c.undo = false
-	c.lossEvent(q, true)
 	if c.retries == 0 {
-		if w := q.oldest(); w != nil {
-			w.done, w.status = true, WCRetryExcErr
-		}
-		q.fail()
+		q.compAct(compActFail, &compPkt{w: q.oldest(), status: WCRetryExcErr})
 		return
 	}
 	c.retries--
 	c.gapSet = false
 	c.retrying = true
-	q.rewind(c.ackPSN)
-	c.armTimer(q)
+	q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
+}
+
+// retire completes done send WQEs in order: a WC for signaled or failed ones.
+// The WQE's slot is released (sqDone) before its WC is pushed, so an
+// application that reposts as soon as it polls the WC finds room.
+func (q *QP) retire() {
+	c := &q.comp
+	posted := q.sqPosted.Load()
+	for c.head != posted {
+		w := &q.sq[c.head&q.sqMask]
+		if !w.done {
+			break
+		}
+		signal := w.status != WCSuccess || w.flags&Signaled != 0
+		wc := WC{ID: w.id, Status: w.status, Opcode: w.opcode.wcOpcode(), QPN: q.qpn}
+		if w.status == WCSuccess {
+			wc.ByteLen = uint32(w.length) // as rxe reports it for every send WC
+		}
+		q.req.retired(w)
+		w.started = false
+		c.head++
+		q.sqDone.Store(c.head) // from here the slot belongs to the poster
+		if signal {
+			q.scq.push(&wc)
+		}
+	}
+}
+
+// nakStatus is the work completion status a NAK syndrome means.
+func nakStatus(syndrome uint8) WCStatus {
+	switch syndrome {
+	case wire.NAKInvalidRequest:
+		return WCRemInvReqErr
+	case wire.NAKRemoteAccess:
+		return WCRemAccessErr
+	case wire.NAKInvalidRDRequest:
+		return WCRemInvRDReqErr
+	}
+	return WCRemOpErr
 }

@@ -91,19 +91,14 @@ func (q *QP) applyCtl() {
 		return
 	}
 	if target >= RTR && e.state < RTR {
-		q.resp.epsn = e.attr.RQPSN
+		q.resp.start(e.attr.RQPSN)
 	}
 	if target == RTS && e.state < RTS {
-		q.req.psn = e.attr.SQPSN
-		q.comp.ackPSN = e.attr.SQPSN
-		q.comp.retries = e.attr.RetryCnt
-		q.comp.rnrRetries = e.attr.RNRRetry
-		q.comp.cwnd = q.window
-		if !q.fixedWin {
-			q.comp.cwnd = min(q.window, initialWindow) // slow start
-		}
-		q.comp.ssthresh = q.window
+		q.req.start(e.attr.SQPSN)
+		q.comp.start(&e.attr)
+		q.win.start(e.attr.SQPSN, q.window, q.fixedWin)
 	}
+	q.win.setTimeout(timeoutNs(e.attr.Timeout))
 	e.state = target
 	q.buildTemplate()
 }
@@ -270,8 +265,7 @@ func (q *QP) fail() {
 func (q *QP) enterError() {
 	q.e.state = Error
 	q.resp.clearTx()
-	q.comp.deadline = 0
-	q.comp.fastDeadline = 0
+	q.win.stop()
 	q.flush()
 }
 
@@ -279,57 +273,22 @@ func (q *QP) enterError() {
 // requests complete with flush errors).
 func (q *QP) flush() {
 	posted := q.sqPosted.Load()
-	for i := q.comp.head; i != posted; i++ {
+	for i := q.comp.first(); i != posted; i++ {
 		w := &q.sq[i&q.sqMask]
 		if !w.done {
 			w.done, w.status = true, WCWRFlushErr
 		}
 	}
-	q.req.idx = posted
-	q.req.off = 0
+	q.req.skipTo(posted)
 	q.retire()
-	rposted := q.rqPosted.Load()
-	for q.resp.rqHead != rposted {
-		r := &q.rq[q.resp.rqHead&q.rqMask]
-		wc := WC{ID: r.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
-		q.resp.rqHead++
-		q.rqDone.Store(q.resp.rqHead) // the slot is free before the WC shows
-		q.rcq.push(&wc)
-	}
-}
-
-// retire completes done send WQEs in order: a WC for signaled or failed ones.
-// The WQE's slot is released (sqDone) before its WC is pushed, so an
-// application that reposts as soon as it polls the WC finds room.
-func (q *QP) retire() {
-	c := &q.comp
-	posted := q.sqPosted.Load()
-	for c.head != posted {
-		w := &q.sq[c.head&q.sqMask]
-		if !w.done {
-			break
-		}
-		signal := w.status != WCSuccess || w.flags&Signaled != 0
-		wc := WC{ID: w.id, Status: w.status, Opcode: w.opcode.wcOpcode(), QPN: q.qpn}
-		if w.status == WCSuccess {
-			wc.ByteLen = uint32(w.length) // as rxe reports it for every send WC
-		}
-		if w.started && w.opcode.isReadOrAtomic() && q.req.rdAtomic > 0 {
-			q.req.rdAtomic--
-		}
-		w.started = false
-		c.head++
-		q.sqDone.Store(c.head) // from here the slot belongs to the poster
-		if signal {
-			q.scq.push(&wc)
-		}
-	}
+	q.flushRecv()
 }
 
 // resetEngines discards WQEs posted before a reset and clears all state.
 func (q *QP) resetEngines(sqMark, rqMark uint32) {
 	q.req = requester{idx: sqMark}
 	q.comp = completer{head: sqMark}
+	q.win = sendWindow{}
 	for i := range q.sq {
 		q.sq[i].started, q.sq[i].done = false, false
 	}
@@ -342,23 +301,14 @@ func (q *QP) resetEngines(sqMark, rqMark uint32) {
 }
 
 func (q *QP) initEngines() {
-	if q.resp.res == nil {
-		q.resp.res = make([]resource, resSlots)
-	}
+	q.resp.alloc()
 	q.e.hdr = wire.Packet{}
 	q.e.hdr.BTH.PKey = 0xFFFF
 }
 
 // deadline returns the earliest timer of the QP (0: none).
 func (q *QP) deadline() int64 {
-	d := q.comp.deadline
-	if f := q.comp.fastDeadline; f != 0 && (d == 0 || f < d) {
-		d = f
-	}
-	if r := q.req.rnrUntil; r != 0 && (d == 0 || r < d) {
-		d = r
-	}
-	return d
+	return q.win.wake()
 }
 
 // timeoutNs is the local ACK timeout, 4.096 µs × 2^t (IBA 9.7); 0 when

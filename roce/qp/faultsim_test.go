@@ -522,7 +522,7 @@ func TestSpuriousFastRetransmit(t *testing.T) {
 	fill(abuf, 5)
 	must(t, r.a.q.PostSend(&SendWR{ID: 1, Opcode: WRRDMAWrite, Flags: Signaled, SGL: []mr.SGE{sge(am, 0, n)},
 		RemoteAddr: bm.Addr(), RKey: bm.RKey()}))
-	c := &r.a.q.comp
+	c := &r.a.q.win
 	wcs := make([]WC, 1)
 	var cwndBefore, cwndAfter uint32
 	var rtoBefore int64

@@ -100,6 +100,7 @@ type QP struct {
 	req  requester
 	comp completer
 	resp responder
+	win  sendWindow // RC: the requester's window, its timers, loss recovery
 	// The regions the data path last touched (mr.Cache): the packets of a
 	// message name one key, so most skip the table's lock and map.
 	lkeyCache, rkeyCache mr.Cache

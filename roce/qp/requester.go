@@ -7,28 +7,37 @@ import (
 
 // The requester turns send WQEs into request packets (IBA 9.7; rxe_req.c):
 // it splits messages by the path MTU into FIRST/MIDDLE/LAST or ONLY packets,
-// keeps the send window and the READ/atomic limit, and resends from a PSN
-// when the completer rewinds it (go-back-N).
+// keeps the READ/atomic limit, asks the send window (window.go) before each
+// RC packet and reports it after, and resends from a PSN when the
+// completer rewinds it (go-back-N).
 
-const (
-	reqBudget   = 256 // packets per Progress call
-	ackReqEvery = 64  // AckReq at least every this many packets of a long message
-)
+const reqBudget = 256 // packets per Progress call
 
 type requester struct {
 	idx         uint32 // next WQE (free-running index) to transmit
 	off         uint64 // bytes of it already sent (READ: the restart offset)
 	psn         uint32 // PSN of the next packet
-	maxPSN      uint32 // one past the highest PSN ever sent (for retransmit counting)
-	sent        bool   // maxPSN valid
 	rdAtomic    int    // READ/atomic WQEs started and not retired
 	sinceAckReq uint32 // packets since the last AckReq
-	rnrUntil    int64  // after an RNR NAK: no transmission before this time
 
 	// scratch of the current step
 	buf []byte
 	n   int
 	w   *sendWQE
+}
+
+// start readies the requester for RTS: the first packet gets psn.
+func (r *requester) start(psn uint32) { r.psn = psn }
+
+// skipTo gives up everything before WQE idx (the QP flushed it).
+func (r *requester) skipTo(idx uint32) { r.idx, r.off = idx, 0 }
+
+// retired notes that the completer retired w: a READ or atomic frees its
+// place under max_rd_atomic.
+func (r *requester) retired(w *sendWQE) {
+	if w.started && w.opcode.isReadOrAtomic() && r.rdAtomic > 0 {
+		r.rdAtomic--
+	}
 }
 
 // reqState is a stage of the requester.
@@ -63,8 +72,8 @@ const (
 // lack of transmit buffers or budget.
 func (q *QP) reqProgress(out Output) bool {
 	r := &q.req
-	if wire.PSNBefore(r.psn, q.comp.ackPSN) {
-		q.rewind(q.comp.ackPSN) // responses answered what was queued for resending
+	if una := q.win.unacked(); q.typ == RC && wire.PSNBefore(r.psn, una) {
+		q.rewind(una) // responses answered what was queued for resending
 	}
 	budget := reqBudget
 	st := reqGetWQE
@@ -160,20 +169,10 @@ func (q *QP) reqStartWQE() (reqState, WCStatus) {
 }
 
 func (q *QP) reqCheckWindow() reqState {
-	r := &q.req
-	if q.typ != RC {
+	if q.typ != RC || q.win.canSend(q.req.psn, q.e.now) {
 		return reqBuild
 	}
-	if r.rnrUntil != 0 {
-		if q.e.now < r.rnrUntil {
-			return reqWait
-		}
-		r.rnrUntil = 0
-	}
-	if uint32(wire.PSNDiff(r.psn, q.comp.ackPSN)) >= q.comp.cwnd {
-		return reqWait
-	}
-	return reqBuild
+	return reqWait
 }
 
 // opcodes of SEND and WRITE by position: [only, first, middle, last].
@@ -299,13 +298,7 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 	}
 	if q.typ == RC {
 		r.sinceAckReq++
-		full := uint32(wire.PSNDiff(r.psn, q.comp.ackPSN))+1 >= q.comp.cwnd
-		// AckReq every cwnd²/256 packets, between 2 and ackReqEvery: every
-		// 64th at windows of 128 and more (as before the window adapted;
-		// the golden captures keep their bytes), every 2nd to 4th at the
-		// small windows of a lossy path, where frequent ACKs keep a lost
-		// one from stalling the window until a timer.
-		if last || full || r.sinceAckReq >= min(ackReqEvery, max(q.comp.cwnd*q.comp.cwnd/256, 2)) {
+		if last || q.win.wantAckReq(r.psn, r.sinceAckReq) {
 			p.BTH.AckReq = true
 			r.sinceAckReq = 0
 		}
@@ -314,16 +307,11 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 	return reqGetWQE, reqActTransmit, 0
 }
 
-// reqAdvance moves past the packet just sent.
+// reqAdvance moves past the packet just sent and reports it to the send
+// window (RC).
 func (q *QP) reqAdvance() {
 	r, w := &q.req, q.req.w
-	resent := r.sent && wire.PSNBefore(r.psn, r.maxPSN)
-	if resent {
-		q.stats.inc(CtrRetransmits)
-	}
-	if q.typ == RC && q.e.pkt.BTH.AckReq {
-		q.comp.sentAckReq(q, r.psn, resent)
-	}
+	psn := r.psn
 	switch {
 	case w.opcode == WRRDMARead:
 		r.psn = wire.PSNAdd(w.lastPSN, 1)
@@ -343,11 +331,8 @@ func (q *QP) reqAdvance() {
 			}
 		}
 	}
-	if !r.sent || wire.PSNBefore(r.maxPSN, r.psn) {
-		r.maxPSN, r.sent = r.psn, true
-	}
-	if q.typ == RC && q.comp.deadline == 0 {
-		q.comp.armTimer(q)
+	if q.typ == RC && q.win.sent(psn, r.psn, q.e.pkt.BTH.AckReq, q.e.now) {
+		q.stats.inc(CtrRetransmits)
 	}
 }
 
@@ -357,14 +342,12 @@ func (q *QP) reqAdvance() {
 func (q *QP) rewind(psn uint32) {
 	r := &q.req
 	posted := q.sqPosted.Load()
-	if wire.PSNBefore(psn, q.comp.ackPSN) {
-		psn = q.comp.ackPSN // never resend what is acknowledged
+	if una := q.win.unacked(); wire.PSNBefore(psn, una) {
+		psn = una // never resend what is acknowledged
 	}
 	r.sinceAckReq = 0
-	if c := &q.comp; c.sampling && !wire.PSNBefore(c.sampPSN, psn) {
-		c.sampling = false // no RTT samples from resent packets (Karn)
-	}
-	for i := q.comp.head; i != posted; i++ {
+	q.win.resend(psn)
+	for i := q.comp.first(); i != posted; i++ {
 		w := &q.sq[i&q.sqMask]
 		if !w.started {
 			r.idx, r.off, r.psn = i, 0, psn

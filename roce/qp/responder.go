@@ -97,6 +97,16 @@ func (r *responder) reset(rqMark uint32) {
 	clear(r.res)
 }
 
+// alloc allocates the READ/atomic ring (once, at New).
+func (r *responder) alloc() {
+	if r.res == nil {
+		r.res = make([]resource, resSlots)
+	}
+}
+
+// start readies the responder for RTR: the first request expected is psn.
+func (r *responder) start(psn uint32) { r.epsn = psn }
+
 func (r *responder) clearTx() {
 	for i := range r.res {
 		r.res[i].queued = false
@@ -295,19 +305,6 @@ func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
 			return
 		}
 	}
-}
-
-// nakStatus is the work completion status a NAK syndrome means.
-func nakStatus(syndrome uint8) WCStatus {
-	switch syndrome {
-	case wire.NAKInvalidRequest:
-		return WCRemInvReqErr
-	case wire.NAKRemoteAccess:
-		return WCRemAccessErr
-	case wire.NAKInvalidRDRequest:
-		return WCRemInvRDReqErr
-	}
-	return WCRemOpErr
 }
 
 func (q *QP) queueAck(syndrome uint8, psn uint32) {
@@ -610,6 +607,20 @@ func (q *QP) pushRecv(wc *WC) {
 	r.recvOff = 0
 	q.rqDone.Store(r.rqHead)
 	q.rcq.push(wc)
+}
+
+// flushRecv completes every posted receive WQE with a flush error (the QP
+// is in Error).
+func (q *QP) flushRecv() {
+	r := &q.resp
+	rposted := q.rqPosted.Load()
+	for r.rqHead != rposted {
+		rqe := &q.rq[r.rqHead&q.rqMask]
+		wc := WC{ID: rqe.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
+		r.rqHead++
+		q.rqDone.Store(r.rqHead) // the slot is free before the WC shows
+		q.rcq.push(&wc)
+	}
 }
 
 // completeRecv completes the receive WQE at the head in error.

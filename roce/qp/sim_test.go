@@ -138,7 +138,7 @@ func simulate(t *testing.T, loss float64, total int, sc simCfg) (int, int) {
 		done += n
 		if done*msg >= total {
 			t.Logf("  loss %.2f %+v: timeouts %d fast %d seqNAKs %d retransmits %d dups %d srtt %d cwnd %d", loss, sc,
-				p.a.q.Stats().Get(CtrTimeouts), p.a.q.Stats().Get(CtrFastRetransmits), p.a.q.Stats().Get(CtrSeqNAKsRecv), p.a.q.Stats().Get(CtrRetransmits), p.b.q.Stats().Get(CtrDuplicates), p.a.q.comp.srtt, p.a.q.comp.cwnd)
+				p.a.q.Stats().Get(CtrTimeouts), p.a.q.Stats().Get(CtrFastRetransmits), p.a.q.Stats().Get(CtrSeqNAKsRecv), p.a.q.Stats().Get(CtrRetransmits), p.b.q.Stats().Get(CtrDuplicates), p.a.q.win.srtt, p.a.q.win.cwnd)
 			return step, ab.sent
 		}
 	}
