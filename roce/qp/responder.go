@@ -15,12 +15,12 @@ import (
 // operational error: NAK, receive WQE in error, QP to Error), class D (drop
 // silently), class J (SEND with Invalidate of an rkey the responder may not
 // withdraw: the receive WQE completes in error, QP to Error, no NAK), and RNR
-// (no receive WQE: RNR NAK, the requester retries).
+// (no receive WQE: RNR NAK, the requester retries). This file holds the
+// pipeline; responder_replay.go the READ/atomic ring and duplicates,
+// responder_tx.go the transmit half (READ responses, atomic ACKs, ACK/NAK),
+// responder_ud.go UD receives.
 
-const (
-	resSlots = MaxRdAtomicLimit // READ/atomic resources: max_dest_rd_atomic of them are used
-	ackEvery = 64               // ACK at least every this many packets without AckReq
-)
+const ackEvery = 64 // ACK at least every this many packets without AckReq
 
 type seqKind uint8
 
@@ -29,40 +29,6 @@ const (
 	seqSend                 // inside a multi-packet SEND
 	seqWrite                // inside a multi-packet RDMA WRITE
 )
-
-type resKind uint8
-
-const (
-	resNone resKind = iota
-	resRead
-	resAtomic
-)
-
-// A resource is a READ or atomic request the responder answered: kept for
-// replaying duplicates (IBA 9.7: READ responses are regenerated,
-// atomic results replayed, never re-executed) and as the transmit state of
-// its responses.
-type resource struct {
-	kind              resKind
-	firstPSN, lastPSN uint32
-	msn               uint32
-	orig              uint64 // atomic: the value before the operation
-	// READ response transmission (of the original or a replayed request).
-	va     uint64
-	rkey   uint32
-	length uint64
-	txPSN  uint32
-	txOff  uint64
-	queued bool
-	sent   bool // the response went out whole at least once
-}
-
-type pendingAck struct {
-	want     bool
-	syndrome uint8
-	psn      uint32
-	msn      uint32
-}
 
 type responder struct {
 	epsn    uint32 // expected PSN
@@ -106,43 +72,6 @@ func (r *responder) alloc() {
 
 // start readies the responder for RTR: the first request expected is psn.
 func (r *responder) start(psn uint32) { r.epsn = psn }
-
-func (r *responder) clearTx() {
-	for i := range r.res {
-		r.res[i].queued = false
-	}
-	r.txHead, r.txN = 0, 0
-}
-
-// isTail reports whether resource i is the last one queued.
-func (r *responder) isTail(i int) bool {
-	return r.txN > 0 && int(r.txq[(r.txHead+r.txN-1)%resSlots]) == i
-}
-
-// dequeue takes resource i out of the transmit queue, wherever it is.
-func (r *responder) dequeue(i int) {
-	if !r.res[i].queued {
-		return
-	}
-	r.res[i].queued = false
-	k := 0
-	for k < r.txN && int(r.txq[(r.txHead+k)%resSlots]) != i {
-		k++
-	}
-	for ; k+1 < r.txN; k++ {
-		r.txq[(r.txHead+k)%resSlots] = r.txq[(r.txHead+k+1)%resSlots]
-	}
-	r.txN--
-}
-
-func (r *responder) enqueue(i int) {
-	if r.res[i].queued {
-		return
-	}
-	r.res[i].queued = true
-	r.txq[(r.txHead+r.txN)%resSlots] = uint8(i)
-	r.txN++
-}
 
 // respState is a stage of the responder.
 type respState uint8
@@ -590,14 +519,6 @@ func (q *QP) respExecute(k *respPkt) respState {
 	return respAcknowledge
 }
 
-// newResource takes the ring's next slot (respCheckResource found it free).
-func (r *responder) newResource(n int, kind resKind, first, last uint32) int {
-	i := r.resNext
-	r.resNext = (r.resNext + 1) % n
-	r.res[i] = resource{kind: kind, firstPSN: first, lastPSN: last, msn: r.msn}
-	return i
-}
-
 // pushRecv completes the receive WQE at the head of the receive queue. Its
 // slot is released (rqDone) before the WC is pushed, so an application that
 // reposts as soon as it polls the WC finds room.
@@ -646,257 +567,4 @@ func (q *QP) respAcknowledge(k *respPkt) (respState, respAction) {
 		return respDone, respActAck
 	}
 	return respDone, respActNone
-}
-
-// respDuplicate answers a request already executed (IBA 9.7): SEND and
-// WRITE are acknowledged again, READ responses regenerated from memory,
-// atomic results replayed from the resource cache, never re-executed.
-func (q *QP) respDuplicate(k *respPkt) (respState, respAction) {
-	r := &q.resp
-	p := k.p
-	q.stats.inc(CtrDuplicates)
-	switch k.info.Kind {
-	case wire.KindSend, wire.KindWrite:
-		if p.BTH.AckReq {
-			k.syndrome, k.nakPSN = wire.ACKSyndrome(wire.UnlimitedCredits), wire.PSNAdd(r.epsn, wire.PSNMask)
-			return respDone, respActNAK
-		}
-		return respDone, respActNone
-	case wire.KindReadRequest:
-		for i := range r.res {
-			x := &r.res[i]
-			if x.kind != resRead || !wire.PSNInWindow(p.BTH.PSN, x.firstPSN, uint32(wire.PSNDiff(x.lastPSN, x.firstPSN))+1) {
-				continue
-			}
-			n := npkts(uint64(p.RETH.DMALen), q.e.pmtu)
-			if wire.PSNBefore(x.lastPSN, wire.PSNAdd(p.BTH.PSN, n-1)) {
-				return respDrop, respActNone // asks for more than the original
-			}
-			if p.RETH.DMALen > 0 {
-				if _, err := q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead); err != nil {
-					return respDrop, respActNone
-				}
-			}
-			q.stats.inc(CtrReplays)
-			if x.queued && r.isTail(i) && !wire.PSNBefore(p.BTH.PSN, x.txPSN) {
-				return respDone, respActNone // the answer under way covers it
-			}
-			r.dequeue(i) // answered in arrival order: after everything queued
-			x.va, x.rkey, x.length, x.txPSN, x.txOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), p.BTH.PSN, 0
-			r.enqueue(i)
-			return respDone, respActNone
-		}
-	case wire.KindCompareSwap, wire.KindFetchAdd:
-		for i := range r.res {
-			x := &r.res[i]
-			if x.kind == resAtomic && x.firstPSN == p.BTH.PSN {
-				q.stats.inc(CtrReplays)
-				if !r.isTail(i) {
-					r.dequeue(i) // answered in arrival order, as READs
-					r.enqueue(i)
-				}
-				return respDone, respActNone
-			}
-		}
-	}
-	return respDrop, respActNone
-}
-
-// respUD receives a UD SEND: Q_Key check, then the
-// 40-byte GRH area and the payload into the next receive WQE.
-func (q *QP) respUD(k *respPkt) respState {
-	r := &q.resp
-	p := k.p
-	if k.info.Kind != wire.KindSend || p.DETH.QKey != q.e.attr.QKey {
-		return respDrop // Q_Key violation: silently dropped (IBA 9.6)
-	}
-	if r.rqHead == q.rqPosted.Load() {
-		return respDrop // UD has no RNR: the datagram is lost
-	}
-	rqe := &q.rq[r.rqHead&q.rqMask]
-	var grh [GRHLen]byte
-	buildGRH(&grh, p)
-	n := uint64(len(p.Payload))
-	if GRHLen+n > rqe.length {
-		q.completeRecv(WCLocLenErr)
-		return respDone
-	}
-	if st := q.sglCopy(rqe.sgl, 0, grh[:], true); st != WCSuccess {
-		q.completeRecv(st)
-		return respDone
-	}
-	if st := q.sglCopy(rqe.sgl, GRHLen, p.Payload, true); st != WCSuccess {
-		q.completeRecv(st)
-		return respDone
-	}
-	wc := WC{ID: rqe.id, Opcode: WCRecv, ByteLen: uint32(GRHLen + n), GRH: true, QPN: q.qpn, SrcQPN: p.DETH.SrcQPN}
-	if k.info.Headers&wire.HasImmDt != 0 {
-		wc.ImmData, wc.WithImm = p.ImmDt, true
-	}
-	q.pushRecv(&wc)
-	return respDone
-}
-
-// buildGRH writes the GRH area of a UD receive buffer as rxe does: for IPv6
-// the IPv6 header; for IPv4, 20 zero bytes then the IPv4 header.
-func buildGRH(g *[GRHLen]byte, p *wire.Packet) {
-	l2 := 14
-	if p.HasVLAN {
-		l2 += 4
-	}
-	if p.IPv6 {
-		h := g[:]
-		binary.BigEndian.PutUint32(h, 6<<28|uint32(p.TOS)<<20|p.FlowLabel)
-		binary.BigEndian.PutUint16(h[4:], uint16(p.FrameLen()-l2-40))
-		h[6] = 17
-		h[7] = p.TTL
-		s, d := p.SrcIP.As16(), p.DstIP.As16()
-		copy(h[8:24], s[:])
-		copy(h[24:40], d[:])
-		return
-	}
-	*g = [GRHLen]byte{}
-	h := g[20:]
-	h[0] = 0x45
-	h[1] = p.TOS
-	binary.BigEndian.PutUint16(h[2:], uint16(p.FrameLen()-l2))
-	binary.BigEndian.PutUint16(h[4:], p.IPID)
-	h[6] = p.IPFlags << 5
-	h[8] = p.TTL
-	h[9] = 17
-	s, d := p.SrcIP.As4(), p.DstIP.As4()
-	copy(h[12:16], s[:])
-	copy(h[16:20], d[:])
-	binary.BigEndian.PutUint16(h[10:], wire.IPv4Checksum(h))
-}
-
-// respProgress transmits queued READ responses and atomic ACKs, then the
-// pending ACK/NAK. It reports false when it ran out of transmit buffers or
-// budget.
-func (q *QP) respProgress(out Output) bool {
-	r := &q.resp
-	budget := reqBudget
-	for r.txN > 0 {
-		i := int(r.txq[r.txHead])
-		x := &r.res[i]
-		if x.kind == resAtomic {
-			if !q.sendAtomicAck(out, x) {
-				return false
-			}
-		} else {
-			for { // at least one packet: a zero-length READ gets one empty response
-				if budget == 0 {
-					return false
-				}
-				ok, fail := q.sendReadResponse(out, x)
-				if fail {
-					return true
-				}
-				if !ok {
-					return false
-				}
-				budget--
-				if x.txOff >= x.length {
-					break
-				}
-			}
-		}
-		x.queued, x.sent = false, true
-		r.txHead = (r.txHead + 1) % resSlots
-		r.txN--
-	}
-	if r.tooMany {
-		q.stats.inc(CtrErrNAKsSent)
-		q.queueAck(wire.NAKInvalidRequest, r.tooManyPSN)
-		q.e.finalNAK = true
-		q.fail()
-		if q.sendAck(out) {
-			q.e.finalNAK = false
-		}
-		return true
-	}
-	if r.ack.want {
-		return q.sendAck(out)
-	}
-	return true
-}
-
-// sendAck transmits the pending ACK/NAK; false when no buffer is free.
-func (q *QP) sendAck(out Output) bool {
-	r := &q.resp
-	buf := out.TxBuffer()
-	if buf == nil {
-		return false
-	}
-	p := &q.e.pkt
-	*p = q.e.hdr
-	p.BTH.Opcode = wire.RCAck
-	p.BTH.PSN = r.ack.psn
-	p.AETH = wire.AETH{Syndrome: r.ack.syndrome, MSN: r.ack.msn}
-	q.emit(out, buf, 0)
-	r.ack.want = false
-	return true
-}
-
-func (q *QP) sendAtomicAck(out Output, x *resource) bool {
-	buf := out.TxBuffer()
-	if buf == nil {
-		return false
-	}
-	p := &q.e.pkt
-	*p = q.e.hdr
-	p.BTH.Opcode = wire.RCAtomicAck
-	p.BTH.PSN = x.firstPSN
-	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(wire.UnlimitedCredits), MSN: x.msn}
-	p.AtomicAck.Orig = x.orig
-	q.emit(out, buf, 0)
-	return true
-}
-
-var readRespOps = [5]wire.Opcode{0, wire.RCReadResponseOnly, wire.RCReadResponseFirst,
-	wire.RCReadResponseMiddle, wire.RCReadResponseLast}
-
-// sendReadResponse transmits the next READ response packet of x. ok is false
-// when no buffer is free; fail is true when the memory is gone (the QP is
-// then in Error).
-func (q *QP) sendReadResponse(out Output, x *resource) (ok, fail bool) {
-	buf := out.TxBuffer()
-	if buf == nil {
-		return false, false
-	}
-	pmtu := uint64(q.e.pmtu)
-	rest := x.length - x.txOff
-	pos := wire.PosOnly
-	switch {
-	case x.txOff == 0 && rest <= pmtu:
-	case x.txOff == 0:
-		pos = wire.PosFirst
-	case rest <= pmtu:
-		pos = wire.PosLast
-	default:
-		pos = wire.PosMiddle
-	}
-	n := min(rest, pmtu)
-	p := &q.e.pkt
-	*p = q.e.hdr
-	p.BTH.Opcode = readRespOps[pos]
-	p.BTH.PSN = x.txPSN
-	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(wire.UnlimitedCredits), MSN: x.msn}
-	hl := p.HeaderLen()
-	if n > 0 {
-		m, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, x.rkey, x.va+x.txOff, n, mr.RemoteRead)
-		if err != nil || hl+int(n)+7 > len(buf) {
-			// Deregistered while being read: remote access error (class C).
-			q.stats.inc(CtrErrNAKsSent)
-			q.queueAck(wire.NAKRemoteAccess, x.txPSN)
-			q.e.finalNAK = true
-			q.fail()
-			return false, true
-		}
-		copy(buf[hl:], m)
-	}
-	q.emit(out, buf, int(n))
-	x.txOff += n
-	x.txPSN = wire.PSNAdd(x.txPSN, 1)
-	return true, false
 }
