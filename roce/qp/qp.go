@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -37,6 +38,23 @@ var (
 	// ErrDestroyed: the queue pair was destroyed.
 	ErrDestroyed = errors.New("qp: destroyed")
 )
+
+// callError is a sentinel error of this package returned by a call, with the
+// call's context in front: its text names the package once ("qp: post recv:
+// destroyed", not "qp: post recv: qp: destroyed") and errors.Is finds the
+// sentinel.
+type callError struct {
+	msg string
+	err error
+}
+
+func (e *callError) Error() string { return e.msg }
+func (e *callError) Unwrap() error { return e.err }
+
+// wrap puts context (which starts with "qp: ") in front of sentinel.
+func wrap(sentinel error, context string) error {
+	return &callError{msg: context + ": " + strings.TrimPrefix(sentinel.Error(), "qp: "), err: sentinel}
+}
 
 // Config describes a queue pair for New.
 type Config struct {
@@ -245,7 +263,7 @@ func (q *QP) Destroy() error {
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()
-		return fmt.Errorf("qp: destroy: %w", ErrDestroyed)
+		return wrap(ErrDestroyed, "qp: destroy")
 	}
 	q.destroyed = true
 	q.mu.Unlock()
@@ -375,7 +393,7 @@ func (q *QP) Modify(a *Attr, mask AttrMask) error {
 
 func (q *QP) modifyLocked(a *Attr, mask AttrMask) error {
 	if q.destroyed {
-		return fmt.Errorf("qp: modify: %w", ErrDestroyed)
+		return wrap(ErrDestroyed, "qp: modify")
 	}
 	cur, next := q.state, q.state
 	if mask&AttrState != 0 {
@@ -386,7 +404,7 @@ func (q *QP) modifyLocked(a *Attr, mask AttrMask) error {
 	}
 	tr, ok := transitionFor(q.typ, cur, next)
 	if !ok {
-		return fmt.Errorf("qp: modify %v: %v -> %v not allowed: %w", q.typ, cur, next, ErrState)
+		return wrap(ErrState, fmt.Sprintf("qp: modify %v: %v -> %v not allowed", q.typ, cur, next))
 	}
 	given := mask &^ AttrState
 	if missing := tr.req &^ given; missing != 0 {
@@ -534,10 +552,10 @@ func (q *QP) checkSend(wr *SendWR) error {
 
 func (q *QP) postSendLocked(wr *SendWR) error {
 	if q.destroyed {
-		return fmt.Errorf("qp: post send: %w", ErrDestroyed)
+		return wrap(ErrDestroyed, "qp: post send")
 	}
 	if q.state != RTS && q.state != Error {
-		return fmt.Errorf("qp: post send in %v: %w", q.state, ErrState)
+		return wrap(ErrState, fmt.Sprintf("qp: post send in %v", q.state))
 	}
 	if q.typ == UD {
 		mtu := q.attr.PathMTU
@@ -556,7 +574,7 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 		return fmt.Errorf("qp: post send: %v with max_rd_atomic 0", wr.Opcode)
 	}
 	if q.sqPost-q.sqDone.Load() >= uint32(q.maxSendWR) {
-		return fmt.Errorf("qp: post send: %d outstanding: %w", q.maxSendWR, ErrQueueFull)
+		return wrap(ErrQueueFull, fmt.Sprintf("qp: post send: %d outstanding", q.maxSendWR))
 	}
 	w := &q.sq[q.sqPost&q.sqMask]
 	if err := w.fill(q, wr); err != nil {
@@ -580,13 +598,13 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 	switch {
 	case q.destroyed:
 		q.mu.Unlock()
-		return fmt.Errorf("qp: post recv: %w", ErrDestroyed)
+		return wrap(ErrDestroyed, "qp: post recv")
 	case q.state == Reset:
 		q.mu.Unlock()
-		return fmt.Errorf("qp: post recv in %v: %w", q.state, ErrState)
+		return wrap(ErrState, fmt.Sprintf("qp: post recv in %v", q.state))
 	case q.rqPost-q.rqDone.Load() >= uint32(q.maxRecvWR):
 		q.mu.Unlock()
-		return fmt.Errorf("qp: post recv: %d outstanding: %w", q.maxRecvWR, ErrQueueFull)
+		return wrap(ErrQueueFull, fmt.Sprintf("qp: post recv: %d outstanding", q.maxRecvWR))
 	}
 	r := &q.rq[q.rqPost&q.rqMask]
 	r.id = wr.ID
