@@ -109,3 +109,29 @@ func TestUCLoss(t *testing.T) {
 		t.Fatal("the broken message completed")
 	}
 }
+
+// TestUCHalfSequence: a UC message that crosses half the PSN space from the
+// initial PSN completes. A UC requester has no acknowledged PSN; when it
+// compared its PSN with the initial one as RC compares with the oldest
+// unacknowledged PSN, it went back there halfway (2^23 packets on) and
+// abandoned the message under way.
+func TestUCHalfSequence(t *testing.T) {
+	o := defaultOpts()
+	o.typ = UC
+	o.mtu = wire.MTU256
+	p := newPair(t, o)
+	const n = 400 * 256 // more packets than one Progress sends
+	am, abuf := p.a.reg(t, n, allAcc)
+	bm, bbuf := p.b.reg(t, n, allAcc)
+	fill(abuf, 4)
+	p.step()                                       // the engines take RTS and the initial PSN 0x1000
+	p.a.q.req.start(wire.PSNAdd(0x1000, 1<<23-10)) // as after 2^23-10 packets
+	must(t, p.b.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(bm, 0, n)}}))
+	must(t, p.a.q.PostSend(&SendWR{ID: 2, Opcode: WRSend, Flags: Signaled, SGL: []mr.SGE{sge(am, 0, n)}}))
+	if w := p.poll(p.a, 1); w[0].Status != WCSuccess {
+		t.Fatalf("send WC %+v", w[0])
+	}
+	if w := p.poll(p.b, 1); w[0].Status != WCSuccess || w[0].ByteLen != n || !bytes.Equal(bbuf, abuf) {
+		t.Fatalf("receive WC %+v, data equal %v", w[0], bytes.Equal(bbuf, abuf))
+	}
+}
