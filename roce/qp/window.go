@@ -18,7 +18,8 @@ import "github.com/xdproce/xdproce/roce/wire"
 //   - A rate pacer sits behind canSend and wake: canSend also refuses a
 //     packet the pacer's rate does not allow yet, wake returns the pacer's
 //     next release time (the device runs Progress then), sent charges the
-//     pacer, and a CNP handler (a method beside rnr) lowers its rate. The
+//     pacer (it then also takes the frame's length, which reqAdvance
+//     knows), and a CNP handler (a method beside rnr) lowers its rate. The
 //     requester's packet building stays as it is: it already stops at
 //     reqWait when canSend says no.
 //   - A selective-repeat policy replaces the go-back-N verdict: today every
