@@ -12,9 +12,14 @@ import (
 	"github.com/xdproce/xdproce/internal/testenv"
 )
 
-// withoutCaps runs fn on a locked OS thread whose effective capabilities are
-// cleared (root without privileges), then restores them.
-func withoutCaps(t *testing.T, fn func()) {
+// readmeCaps are the capabilities the README's setcap line grants:
+// cap_net_admin,cap_net_raw,cap_bpf,cap_ipc_lock (no CAP_PERFMON, no
+// CAP_SYS_ADMIN).
+var readmeCaps = []uint{unix.CAP_NET_ADMIN, unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_IPC_LOCK}
+
+// withOnlyCaps runs fn on a locked OS thread whose effective capabilities are
+// exactly caps, then restores them.
+func withOnlyCaps(t *testing.T, caps []uint, fn func()) {
 	t.Helper()
 	runtime.LockOSThread()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -23,9 +28,12 @@ func withoutCaps(t *testing.T, fn func()) {
 		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
-	dropped := saved
-	dropped[0].Effective, dropped[1].Effective = 0, 0
-	if err := unix.Capset(&hdr, &dropped[0]); err != nil {
+	set := saved
+	set[0].Effective, set[1].Effective = 0, 0
+	for _, c := range caps {
+		set[c/32].Effective |= 1 << (c % 32)
+	}
+	if err := unix.Capset(&hdr, &set[0]); err != nil {
 		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
@@ -36,12 +44,25 @@ func withoutCaps(t *testing.T, fn func()) {
 	runtime.UnlockOSThread()
 }
 
+// The program passes the verifier with the README's capabilities alone: no
+// pointer arithmetic that needs CAP_PERFMON.
+func TestPrivilegedLoadWithREADMECapabilities(t *testing.T) {
+	testenv.Privileged(t)
+	withOnlyCaps(t, readmeCaps, func() {
+		p, err := Load()
+		if err != nil {
+			t.Fatalf("Load with CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_IPC_LOCK: %v", err)
+		}
+		p.Close()
+	})
+}
+
 // Without capabilities, Load fails with an error that wraps EPERM and names
-// what is missing. (Last in the package: a failed probe inside cilium/ebpf
-// could be cached.)
+// what is missing. (Last in the package, as the test above: a failed probe
+// inside cilium/ebpf could be cached.)
 func TestPrivilegedUnprivilegedLoad(t *testing.T) {
 	testenv.Privileged(t)
-	withoutCaps(t, func() {
+	withOnlyCaps(t, nil, func() {
 		p, err := Load()
 		if err == nil {
 			p.Close()

@@ -37,6 +37,8 @@ enum {
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
+static __u64 (*bpf_xdp_get_buff_len)(struct xdp_md *ctx) = (void *)188;
+static long (*bpf_xdp_load_bytes)(struct xdp_md *ctx, __u32 offset, void *buf, __u32 len) = (void *)189;
 
 #define bswap16(x) __builtin_bswap16(x)
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -54,7 +56,7 @@ static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)51;
 #define ROCE_PORT 4791
 
 // Verdicts, the index of the stats map. Keep in step with the Verdict
-// constants in counters.go.
+// constants in bpf.go.
 enum verdict {
 	V_REDIRECT = 0,  // handed to the AF_XDP socket of the rx queue
 	V_NO_SOCKET,     // RoCE for us, but no socket on this queue: passed
@@ -144,12 +146,17 @@ struct udphdr {
 	__u16 check;
 } __attribute__((packed));
 
+// count adds the frame to verdict v's counter and returns action. The length
+// comes from the helper rather than data_end - data: subtracting one packet
+// pointer from another needs CAP_PERFMON, and the README's capabilities
+// (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_IPC_LOCK) must be enough to load
+// this program. The helper also counts the fragments of a multi-buffer frame.
 static __attribute__((always_inline)) int count(struct xdp_md *ctx, __u32 v, int action)
 {
 	struct counter *c = bpf_map_lookup_elem(&stats, &v);
 	if (c) {
 		c->packets++;
-		c->bytes += ctx->data_end - ctx->data;
+		c->bytes += bpf_xdp_get_buff_len(ctx);
 	}
 	return action;
 }
@@ -161,6 +168,7 @@ int xdp_steer(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	void *l3;
+	__u32 l3off = sizeof(*eth);
 	struct udphdr *udp;
 	__u16 proto;
 
@@ -174,6 +182,7 @@ int xdp_steer(struct xdp_md *ctx)
 			return count(ctx, V_TRUNCATED, XDP_PASS);
 		proto = vh->proto;
 		l3 = vh + 1;
+		l3off += sizeof(*vh);
 	}
 
 	if (proto == htons(ETH_P_IP)) {
@@ -189,10 +198,13 @@ int xdp_steer(struct xdp_md *ctx)
 			return count(ctx, V_FRAGMENT, XDP_PASS);
 		if (ip->protocol != IPPROTO_UDP)
 			return count(ctx, V_NOT_ROCE, XDP_PASS);
-		udp = (void *)ip + ihl;
-		if ((void *)(udp + 1) > end)
+		// The UDP header sits at a variable offset (IP options). Adding a
+		// variable to a packet pointer needs CAP_PERFMON, so copy the
+		// header out by offset instead; the helper checks the bounds.
+		struct udphdr uh;
+		if (bpf_xdp_load_bytes(ctx, l3off + ihl, &uh, sizeof(uh)) < 0)
 			return count(ctx, V_TRUNCATED, XDP_PASS);
-		if (udp->dest != htons(ROCE_PORT))
+		if (uh.dest != htons(ROCE_PORT))
 			return count(ctx, V_NOT_ROCE, XDP_PASS);
 		__u32 daddr = ip->daddr;
 		if (!bpf_map_lookup_elem(&local_v4, &daddr))
