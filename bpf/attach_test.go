@@ -186,3 +186,21 @@ func TestHelperAttachAndHang(t *testing.T) {
 	time.Sleep(60 * time.Second)
 	t.Fatal("not killed")
 }
+
+// NameOf finds the attached program by the id netlink reports, under the
+// name Name.
+func TestPrivilegedNameOf(t *testing.T) {
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	p := loadForTest(t)
+	if err := attachIn(topo.B, p, ModeGeneric); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := xdpState(t, topo.B)
+	if got := NameOf(id); got != Name {
+		t.Errorf("NameOf(%d) = %q, want %q", id, got, Name)
+	}
+	p.Close()
+	if got := NameOf(id); got != "" {
+		t.Errorf("NameOf(%d) after Close = %q, want \"\"", id, got)
+	}
+}

@@ -96,6 +96,12 @@ func Load() (*Program, error) {
 	_ = rlimit.RemoveMemlock() // only matters before 5.11; errors surface at load
 	p := &Program{}
 	if err := loadSteerObjects(&p.objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) && len(ve.Log) > 0 {
+			// Refused by the verifier: the capabilities were there, the
+			// program does something they do not allow.
+			return nil, fmt.Errorf("bpf: load steering program: the verifier refused it: %w", err)
+		}
 		if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
 			return nil, fmt.Errorf("bpf: load steering program: %w (needs CAP_BPF and CAP_NET_ADMIN, or root; before Linux 5.11 also RLIMIT_MEMLOCK raised or CAP_IPC_LOCK)", err)
 		}

@@ -1,12 +1,9 @@
 package roce
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -46,23 +43,25 @@ func Open(ifname string, opts *Options) (*Device, error) {
 	switch o.Link {
 	case LinkUDP:
 		reason = "UDP requested"
-		l, err = openUDP(info, &o)
+		l, cleanup, err = claimUDP(info, &o)
 	case LinkXSK:
 		reason = "AF_XDP requested"
-		l, cleanup, err = openXSK(info, &o)
+		l, cleanup, err = claimXSK(info, &o)
 	case LinkAuto:
 		if ok, why := Privileged(); !ok {
 			reason = "AF_XDP not tried: " + why
 		} else {
-			l, cleanup, err = openXSK(info, &o)
+			l, cleanup, err = claimXSK(info, &o)
 			if err == nil {
 				reason = "AF_XDP available"
 			} else {
 				reason = "AF_XDP unavailable: " + err.Error()
 			}
 		}
-		if l == nil {
-			l, err = openUDP(info, &o)
+		// Never UDP on an interface another process holds: it would not
+		// receive.
+		if l == nil && !errors.Is(err, ErrHeld) {
+			l, cleanup, err = claimUDP(info, &o)
 		}
 	default:
 		err = fmt.Errorf("unknown link kind %v", o.Link)
@@ -108,47 +107,4 @@ func openUDP(info *ifaceInfo, o *Options) (link.Link, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-// Capabilities AF_XDP needs (linux/capability.h).
-const (
-	capNetAdmin = 12
-	capNetRaw   = 13
-	capBPF      = 39
-)
-
-// Privileged reports whether the process has the effective capabilities the
-// AF_XDP path needs (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF), and if not which are
-// missing ("missing CAP_BPF, ...").
-func Privileged() (bool, string) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return os.Geteuid() == 0, "cannot read capabilities: " + err.Error()
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "CapEff:")
-		if !ok {
-			continue
-		}
-		caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		if err != nil {
-			break
-		}
-		var missing []string
-		for _, c := range []struct {
-			bit  uint
-			name string
-		}{{capNetAdmin, "CAP_NET_ADMIN"}, {capNetRaw, "CAP_NET_RAW"}, {capBPF, "CAP_BPF"}} {
-			if caps&(1<<c.bit) == 0 {
-				missing = append(missing, c.name)
-			}
-		}
-		if len(missing) > 0 {
-			return false, "missing " + strings.Join(missing, ", ")
-		}
-		return true, ""
-	}
-	return os.Geteuid() == 0, "cannot read capabilities"
 }

@@ -173,7 +173,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if *port <= 0 || *port > 65535 {
 			return usageErrorf(cmd, "--port %d", *port)
 		}
-		dev, err := openDevice(cmd, &df)
+		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
 		}

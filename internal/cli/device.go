@@ -19,9 +19,32 @@ import (
 	"github.com/xdproce/xdproce/roce"
 )
 
-// permissionHint ends errors caused by missing privileges.
-const permissionHint = "run as root, or grant the binary CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK " +
-	"(sudo setcap cap_net_admin,cap_net_raw,cap_bpf,cap_ipc_lock+ep ./bin/xdproce), or use --link udp"
+// permissionHint says how to get the capabilities AF_XDP uses that the
+// process lacks ("missing CAP_BPF; run as root, or ..."), leaving out those
+// that msg, the error it ends, already names; "" when the process has them
+// all: then a refusal has another cause, which setcap would not fix.
+func permissionHint(msg string) string {
+	missing := roce.MissingCapabilities()
+	if len(missing) == 0 {
+		return ""
+	}
+	var unnamed []string
+	for _, c := range missing {
+		if !strings.Contains(msg, c) {
+			unnamed = append(unnamed, c)
+		}
+	}
+	bin := "bin/xdproce"
+	if p, err := os.Executable(); err == nil {
+		bin = p
+	}
+	hint := "run as root, or give the binary the capabilities AF_XDP uses " +
+		"(sudo setcap cap_net_admin,cap_net_raw,cap_bpf,cap_ipc_lock+ep " + bin + "), or use --link udp"
+	if len(unnamed) > 0 {
+		hint = "missing " + strings.Join(unnamed, ", ") + "; " + hint
+	}
+	return hint
+}
 
 // linkFlag is --link auto|xsk|udp.
 type linkFlag struct{ kind roce.LinkKind }
@@ -102,9 +125,9 @@ type device struct {
 	capName string
 }
 
-// openDevice opens the interface of the flags. cmd names the command for
-// usage errors.
-func openDevice(cmd string, d *deviceFlags) (*device, error) {
+// openDevice opens the interface of the flags and logs which link it chose
+// and why (at info level). cmd names the command for usage errors.
+func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 	if d.dev == "" {
 		return nil, usageErrorf(cmd, "--dev IF is required")
 	}
@@ -131,6 +154,7 @@ func openDevice(cmd string, d *deviceFlags) (*device, error) {
 		return nil, withPermissionHint(err)
 	}
 	out.Device = dev
+	env.Log.Info("link chosen", "dev", d.dev, "link", dev.LinkName(), "asked", d.link.String(), "reason", dev.LinkReason())
 	return out, nil
 }
 
@@ -153,9 +177,14 @@ func withPermissionHint(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, roce.ErrHeld) {
+		return err
+	}
 	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) ||
 		strings.Contains(err.Error(), "operation not permitted") {
-		return fmt.Errorf("%w; %s", err, permissionHint)
+		if hint := permissionHint(err.Error()); hint != "" {
+			return fmt.Errorf("%w; %s", err, hint)
+		}
 	}
 	return err
 }

@@ -32,16 +32,26 @@ driver, the GID table xdproce builds for each, and whether AF_XDP and native
 The GID table follows rxe's order, so that rdma-core's '-g N' means the same
 GID: index 0 is the link-local fe80:: address made from the MAC (present even
 when IPv6 is off), index 1 the first IPv4 address as ::ffff:a.b.c.d, then the
-other addresses. Info only looks: it attaches nothing and opens no AF_XDP
-socket on an interface.
+other addresses.
+
+AF_XDP is tested for real on each Ethernet interface, with this process's
+privileges: the steering program is loaded (so the kernel's verifier judges
+it) and an AF_XDP socket with the UMEM a device uses is bound to rx queue 0 in
+copy mode; both are released at once. The program is not attached, as that
+would disturb the interface's traffic (a native attach reconfigures a NIC's
+rings, a generic one turns off LRO and hardware GRO for good). When another
+process holds the interface (an xdproce, another XDP program, or a socket on
+UDP port 4791 there), info names it, its PID, command and program, instead.
 
 JSON FORMAT
   --json prints {"schema": 1, "privileged": BOOL, "privilege_note": STR,
   "af_xdp_kernel": BOOL, "af_xdp_kernel_note": STR, "interfaces": [{"name",
   "index", "mtu", "path_mtu", "mac", "up", "loopback", "addresses": [CIDR...],
   "gids": [{"index", "gid"}], "queues", "driver", "xdp_attached_prog",
-  "af_xdp": {"available", "reason"}, "native_xdp": {"available",
-  "reason"}}]}. Field names are stable within schema 1.
+  "af_xdp": {"available", "reason", "holder": {"pid", "command",
+  "holds"}}, "native_xdp": {"available", "reason"}}]} (holder only when
+  another process holds the interface, pid 0 when it is not visible to
+  this one). Field names are stable within schema 1.
 
 EXAMPLES
   xdproce info
@@ -94,8 +104,15 @@ type gidEntry struct {
 }
 
 type verdict struct {
-	Available bool   `json:"available"`
-	Reason    string `json:"reason,omitempty"`
+	Available bool        `json:"available"`
+	Reason    string      `json:"reason,omitempty"`
+	Holder    *holderInfo `json:"holder,omitempty"`
+}
+
+type holderInfo struct {
+	PID     int    `json:"pid"`
+	Command string `json:"command,omitempty"`
+	Holds   string `json:"holds,omitempty"`
 }
 
 func setupInfo(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
@@ -177,16 +194,10 @@ func describeIface(ifi net.Interface, rep *infoReport) *ifaceInfo {
 	switch {
 	case !rep.AFXDPKernel:
 		in.AFXDP.Reason = rep.AFXDPKernelNote
-	case !rep.Privileged:
-		in.AFXDP.Reason = rep.PrivilegeNote
-	case in.XDPProg != 0:
-		in.AFXDP.Reason = fmt.Sprintf("another XDP program (id %d) is attached", in.XDPProg)
 	case len(ifi.HardwareAddr) != 6:
 		in.AFXDP.Reason = "not an Ethernet interface"
-	case !in.Up:
-		in.AFXDP = verdict{Available: true, Reason: "interface is down"}
 	default:
-		in.AFXDP.Available = true
+		in.AFXDP = probeAFXDP(ifi.Name, in.Up, rep)
 	}
 	switch {
 	case in.Loopback || len(ifi.HardwareAddr) != 6:
@@ -253,12 +264,35 @@ func probeAFXDPSocket() (bool, string) {
 	return false, "AF_XDP socket: " + err.Error()
 }
 
+// probeAFXDP loads the steering program and binds an AF_XDP socket on the
+// interface, released at once (roce.ProbeAFXDP), and says what stands in the
+// way: the process holding the interface, missing capabilities, or the
+// kernel's refusal.
+func probeAFXDP(ifname string, up bool, rep *infoReport) verdict {
+	err := roce.ProbeAFXDP(ifname)
+	var he *roce.HeldError
+	switch {
+	case err == nil && !up:
+		return verdict{Available: true, Reason: "interface is down"}
+	case err == nil:
+		return verdict{Available: true}
+	case errors.As(err, &he):
+		h := he.Holder
+		return verdict{Reason: "held by " + h.String(), Holder: &holderInfo{PID: h.PID, Command: h.Command, Holds: h.Holds}}
+	case !rep.Privileged:
+		return verdict{Reason: rep.PrivilegeNote}
+	}
+	return verdict{Reason: withPermissionHint(err).Error()}
+}
+
 // capabilities reports whether the process has the capabilities AF_XDP
 // needs, and if not which it lacks (with the fix).
 func capabilities() (bool, string) {
 	ok, why := roce.Privileged()
-	if !ok && strings.HasPrefix(why, "missing ") {
-		why += "; " + permissionHint
+	if !ok {
+		if hint := permissionHint(""); hint != "" {
+			why = hint
+		}
 	}
 	return ok, why
 }

@@ -82,7 +82,7 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 		case *gidx < -1:
 			return usageErrorf(cmd, "-g %d: want a GID index (see 'xdproce info') or -1", *gidx)
 		}
-		dev, err := openDevice(cmd, &df)
+		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
 		}

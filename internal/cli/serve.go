@@ -79,7 +79,7 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		for _, name := range removed {
 			fmt.Fprintf(env.Stderr, "removed %s (left by a transfer whose receiver died)\n", filepath.Join(*dir, name))
 		}
-		dev, err := openDevice(cmd, &df)
+		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
 		}

@@ -112,7 +112,7 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if !st.Mode().IsRegular() {
 			return fmt.Errorf("send: %s is not a regular file", path)
 		}
-		dev, err := openDevice(cmd, &df)
+		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
 		}
@@ -168,7 +168,7 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		if st, err := os.Stat(filepath.Dir(dst)); err != nil || !st.IsDir() {
 			return fmt.Errorf("get: %s: directory does not exist", filepath.Dir(dst))
 		}
-		dev, err := openDevice(cmd, &df)
+		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
 		}
