@@ -44,7 +44,11 @@
 // steering program redirects a frame to the socket of the queue it arrived
 // on); one engine serves them all, receiving from each in turn and sending
 // through the first. Over UDP, Open binds port 4791 (Options.UDPPort) on
-// all addresses of the namespace, so one such device per namespace and port. The GID table follows rxe: index 0 is the fe80:: address
+// all addresses of the namespace, so one such device per namespace and port.
+// One process at a time receives RoCE on an interface: when another holds it
+// (its XDP program would take the frames, or it has UDP port 4791 there), Open
+// fails at once with a *HeldError naming the process and what it holds,
+// instead of opening a link that could not receive. The GID table follows rxe: index 0 is the fe80:: address
 // made from the MAC (EUI-64), present even when IPv6 is disabled; index 1 is the
 // first IPv4 address as ::ffff:a.b.c.d; then the other addresses. Destination
 // MACs come from the kernel neighbour table through netlink; when an entry is

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
+)
+
+// TestPrivilegedLinkChoiceLogged: every command that opens a device says at
+// info level which link --link auto chose and why, before it goes on (here
+// to a peer that is not there).
+func TestPrivilegedLinkChoiceLogged(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	writeFile(t, f, 10, 1)
+	b, peer := topo.B.Name, topo.A.IPv4.String()
+	for _, args := range [][]string{
+		{"send", "--dev", b, "--connect-timeout", "100ms", peer, f},
+		{"get", "--dev", b, "--connect-timeout", "100ms", peer, "f", filepath.Join(dir, "g")},
+		{"bench", "write", "--dev", b, "--connect-timeout", "100ms", peer},
+		{"pingpong", "--dev", b, "--connect-timeout", "100ms", peer},
+		serveArgs(b, dir, "--listen", "127.0.0.1:0"),
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second) // serve runs until killed
+		r := runCmd(t, topo.B.NS.Command(ctx, binary, append(args, "--log-level", "info")...))
+		cancel()
+		var line string
+		for l := range strings.SplitSeq(r.stderr, "\n") {
+			if strings.Contains(l, `msg="link chosen"`) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "level=INFO") || !strings.Contains(line, "dev="+b) || !strings.Contains(line, `link="AF_XDP (`) ||
+			!strings.Contains(line, "asked=auto") || !strings.Contains(line, `reason="AF_XDP available"`) {
+			t.Errorf("%s: no info line with the link chosen and why in %q", args[0], r.stderr)
+		}
+	}
+}
