@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -13,13 +14,35 @@ import (
 	"github.com/xdproce/xdproce/link"
 )
 
+// heldGrace is how long Open keeps trying while the interface is held: a
+// process on its way out lets go a moment after its successor may start.
+const heldGrace = 500 * time.Millisecond
+
+// retryHeld calls claim until it succeeds, fails for another reason than a
+// holder, or heldGrace has passed.
+func retryHeld(claim func() (link.Link, []func() error, error)) (link.Link, []func() error, error) {
+	deadline := time.Now().Add(heldGrace)
+	for {
+		l, cleanup, err := claim()
+		if err == nil || !errors.Is(err, ErrHeld) || time.Now().After(deadline) {
+			return l, cleanup, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // claimXSK opens the AF_XDP link once no other process holds the interface
 // (see holder_linux.go): it claims the interface's lock, checks for another
 // XDP program and for a process bound to the RoCE port on its addresses, and
-// names the holder in a *HeldError if there is one. Without the capabilities
-// it fails at once, wrapping os.ErrPermission. The lock is released
-// after the program is detached (the first cleanup runs last).
+// names the holder in a *HeldError if there still is one after heldGrace.
+// Without the capabilities it fails at once, wrapping os.ErrPermission. The
+// lock is released after the program is detached (the first cleanup runs
+// last).
 func claimXSK(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
+	return retryHeld(func() (link.Link, []func() error, error) { return tryXSK(info, o) })
+}
+
+func tryXSK(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 	if ok, why := Privileged(); !ok {
 		return nil, nil, fmt.Errorf("AF_XDP: %s: %w", why, os.ErrPermission)
 	}
@@ -52,8 +75,13 @@ func claimXSK(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 // claimUDP opens link/udp unless frames for the interface would not reach
 // it: on the RoCE port, another process's steering program on the interface
 // takes them. When the port is taken, the error names the process bound to
-// it. On a fixed port, the process then announces that it holds the port.
+// it (after heldGrace, as claimXSK). On a fixed port, the process then
+// announces that it holds the port.
 func claimUDP(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
+	return retryHeld(func() (link.Link, []func() error, error) { return tryUDP(info, o) })
+}
+
+func tryUDP(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 	port := o.UDPPort
 	if port == 0 {
 		port = udpPortDefault
