@@ -211,8 +211,10 @@ type Device struct {
 	mu      sync.Mutex // guards qps, retired, nextQPN, closed
 	qps     map[uint32]*qpEntry
 	retired Stats // counters of destroyed queue pairs
-	nextQPN uint32
-	closed  bool
+	// retiredQP sums the Snapshot counters of destroyed queue pairs.
+	retiredQP qpTotals
+	nextQPN   uint32
+	closed    bool
 
 	bell     atomic.Bool
 	sleeping atomic.Bool
@@ -226,6 +228,9 @@ type Device struct {
 	cleanup   []func() error
 
 	st statCounters
+
+	capw        *capture.Writer          // the capture's writer (nil: none)
+	xdpCounters func() (Counters, error) // the XDP program's verdict counters (nil: none)
 }
 
 type qpChunk [4096]atomic.Pointer[qpEntry]
@@ -249,6 +254,7 @@ type statCounters struct {
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN atomic.Uint64
 	icrcRepaired, txNoBuffer, txErrors, rxErrors            atomic.Uint64
 	rounds, wakeups, naps                                   atomic.Uint64
+	delivered, txSent, txLost                               atomic.Uint64
 }
 
 // firstQPN is the first QPN handed out, as rxe does (QP0 and QP1 are special).
@@ -294,6 +300,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	if props.MaxFrame < props.MTU+18 {
 		return nil, fmt.Errorf("new device: link transmit buffers of %d bytes cannot hold MTU %d frames", props.MaxFrame, props.MTU)
 	}
+	var capw *capture.Writer
 	if o.Capture != nil {
 		w, err := capture.NewWriter(o.Capture, nil)
 		if err != nil {
@@ -303,6 +310,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		if name == "" {
 			name = props.Name
 		}
+		capw = w
 		l = capture.WrapInterface(l, w, capture.Interface{
 			Name:        name,
 			Description: "xdproce " + props.Name + ", MTU " + strconv.Itoa(props.MTU),
@@ -319,6 +327,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		done:    make(chan struct{}),
 		resolve: o.Resolve,
 		pmtu:    wire.PathMTU(props.MTU),
+		capw:    capw,
 	}
 	switch {
 	case len(props.HWAddr) == 6:
@@ -481,6 +490,7 @@ func (d *Device) removeQP(e *qpEntry) {
 	e.dead.Store(true)
 	delete(d.qps, e.qpn)
 	addQPStats(&d.retired, e.q)
+	d.retiredQP.add(e.q)
 	if c := d.qpTab[(e.qpn>>12)&4095].Load(); c != nil {
 		c[e.qpn&4095].Store(nil)
 	}

@@ -27,6 +27,7 @@ type engine struct {
 
 	// Counters, published to Device.st at the end of each round.
 	rxFrames, rxBytes                                       uint64
+	delivered                                               uint64 // frames handed to a queue pair
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN uint64
 	icrcRepaired, rxErrors                                  uint64
 	naps                                                    uint64
@@ -236,6 +237,7 @@ func (e *engine) input(frame []byte, now int64) {
 		e.dropUnknownQPN++
 		return
 	}
+	e.delivered++
 	e.schedule(q)
 	q.q.Receive(p, now, &e.tx)
 }
@@ -251,12 +253,18 @@ func (e *engine) publish() {
 	if e.rxFrames != 0 {
 		s.rxFrames.Add(e.rxFrames)
 		s.rxBytes.Add(e.rxBytes)
-		e.rxFrames, e.rxBytes = 0, 0
+		s.delivered.Add(e.delivered)
+		e.rxFrames, e.rxBytes, e.delivered = 0, 0, 0
 	}
 	if e.tx.frames != 0 {
 		s.txFrames.Add(e.tx.frames)
 		s.txBytes.Add(e.tx.bytes)
 		e.tx.frames, e.tx.bytes = 0, 0
+	}
+	if e.tx.sent|e.tx.lost != 0 {
+		s.txSent.Add(e.tx.sent)
+		s.txLost.Add(e.tx.lost)
+		e.tx.sent, e.tx.lost = 0, 0
 	}
 	if e.dropBadICRC|e.dropMalformed|e.dropNotRoCE|e.dropUnknownQPN|e.icrcRepaired|e.rxErrors|e.tx.noBuf|e.tx.sendErrs != 0 {
 		s.dropBadICRC.Add(e.dropBadICRC)
@@ -283,6 +291,7 @@ type txq struct {
 	starved bool
 
 	frames, bytes, noBuf, sendErrs uint64
+	sent, lost                     uint64 // frames in Send calls that succeeded, that failed
 }
 
 func (t *txq) init(l link.Link, batch int) {
@@ -343,6 +352,9 @@ func (t *txq) flush() {
 	}
 	if err := t.l.Send(t.out); err != nil {
 		t.sendErrs++
+		t.lost += uint64(len(t.out))
+	} else {
+		t.sent += uint64(len(t.out))
 	}
 	clear(t.out)
 	t.out = t.out[:0]

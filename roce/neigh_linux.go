@@ -8,15 +8,19 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/xdproce/xdproce/bpf"
 )
 
-// ifaceInfo is what Open learns about an interface through netlink.
+// ifaceInfo is what Open learns about an interface through netlink, and the
+// steering program openXSK attached to it.
 type ifaceInfo struct {
 	name  string
 	index int
 	mtu   int
 	hw    net.HardwareAddr
 	addrs []netip.Addr // in the kernel's order: IPv4 first, then IPv6
+	xdp   *bpf.Program // the steering program openXSK attached (nil: none)
 }
 
 // interfaceInfo reads the interface's index, MTU, MAC and addresses.

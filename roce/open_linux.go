@@ -92,6 +92,9 @@ func Open(ifname string, opts *Options) (*Device, error) {
 		return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
 	}
 	d.cleanup = append(cleanup, func() error { h.Close(); return nil })
+	if info.xdp != nil {
+		d.xdpCounters = xdpCounters(info.xdp)
+	}
 	return d, nil
 }
 

@@ -64,6 +64,7 @@ func openXSK(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 		dev.Close()
 		return nil, nil, err
 	}
+	info.xdp = prog
 	return l, []func() error{prog.Close}, nil
 }
 

@@ -384,11 +384,13 @@ func (q *QP) compRetry(k *compPkt) (compState, compAction) {
 	q.win.loss(k.seqNAK)
 	if !k.progressed && !c.retrying && k.info.Kind == wire.KindAck && k.p.AETH.Type() == wire.SyndromeNAK {
 		if c.retries == 0 {
+			q.stats.inc(CtrRetryExceeded)
 			k.w, k.status = q.oldest(), WCRetryExcErr
 			return compError, compActNone
 		}
 		c.retries--
 	}
+	q.stats.inc(CtrCompleterRetries)
 	c.retrying = true
 	return compDone, compActRewind
 }
@@ -400,6 +402,7 @@ func (q *QP) compRNR(k *compPkt) (compState, compAction) {
 	q.stats.inc(CtrRNRNAKsRecv)
 	if q.e.attr.RNRRetry != 7 {
 		if c.rnrRetries == 0 {
+			q.stats.inc(CtrRNRRetryExceeded)
 			k.w, k.status = q.wqeAt(k.p.BTH.PSN), WCRNRRetryExcErr
 			return compError, compActNone
 		}
@@ -443,10 +446,12 @@ func (q *QP) timers() {
 	}
 	q.stats.inc(CtrTimeouts)
 	if c.retries == 0 {
+		q.stats.inc(CtrRetryExceeded)
 		q.compAct(compActFail, &compPkt{w: q.oldest(), status: WCRetryExcErr})
 		return
 	}
 	c.retries--
+	q.stats.inc(CtrCompleterRetries)
 	c.gapSet = false
 	c.retrying = true
 	q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
@@ -470,6 +475,9 @@ func (q *QP) retire() {
 		}
 		q.req.retired(w)
 		w.started = false
+		if w.opcode.isSend() && w.status != WCWRFlushErr {
+			q.stats.inc(CtrSendsDone)
+		}
 		c.head++
 		q.sqDone.Store(c.head) // from here the slot belongs to the poster
 		if signal {

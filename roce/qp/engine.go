@@ -47,12 +47,18 @@ const (
 	CtrErrNAKsSent                            // invalid request / remote access / remote op NAKs sent
 	CtrEncodeErrors                           // frames the engine failed to encode (a bug)
 	CtrSpuriousFastRetransmits                // fast retransmissions an ACK for the original transmission proved needless
+	CtrCompleterRetries                       // resends the completer started on a sequence NAK, an implied NAK or a local ACK timeout
+	CtrRetryExceeded                          // work requests failed with RETRY_EXC_ERR (retry_cnt spent)
+	CtrRNRRetryExceeded                       // work requests failed with RNR_RETRY_EXC_ERR (rnr_retry spent)
+	CtrSendsDone                              // SEND work requests completed (successfully or in error; flushes not counted)
+	CtrRecvsDone                              // receive work requests completed successfully
 	numCounters
 )
 
 var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "seq_naks_sent", "seq_naks_recv",
 	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors",
-	"spurious_fast_retransmits"}
+	"spurious_fast_retransmits", "completer_retries", "retry_exceeded", "rnr_retry_exceeded", "sends_done",
+	"recvs_done"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
 

@@ -527,6 +527,9 @@ func (q *QP) pushRecv(wc *WC) {
 	r.rqHead++
 	r.recvOff = 0
 	q.rqDone.Store(r.rqHead)
+	if wc.Status == WCSuccess {
+		q.stats.inc(CtrRecvsDone)
+	}
 	q.rcq.push(wc)
 }
 

@@ -43,6 +43,8 @@ func (o WROpcode) isReadOrAtomic() bool {
 	return o == WRRDMARead || o == WRAtomicCmpSwp || o == WRAtomicFetchAdd
 }
 
+func (o WROpcode) isSend() bool { return o == WRSend || o == WRSendImm || o == WRSendInv }
+
 func (o WROpcode) isAtomic() bool { return o == WRAtomicCmpSwp || o == WRAtomicFetchAdd }
 
 // SendFlags modify a send work request (enum ibv_send_flags).
