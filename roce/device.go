@@ -63,7 +63,8 @@ type Options struct {
 	// Link selects the link Open uses (ignored by NewDevice).
 	Link LinkKind
 	// Capture, when set, receives a pcapng capture of every frame sent and
-	// received (package capture). The Device flushes it on Close.
+	// received (package capture). The Device flushes it on Close and
+	// FlushCapture.
 	Capture io.Writer
 	// Addrs are the device's IP addresses, the source of its GID table
 	// (NewDevice; Open takes them from the interface).

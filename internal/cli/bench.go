@@ -94,6 +94,8 @@ type benchResult struct {
 func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
 	var df deviceFlags
 	df.register(fs, true)
+	var mf metricsFlags
+	mf.register(fs)
 	size := Size(0)
 	fs.Var(&size, "size", "message `bytes` (default 65536; 2 for lat; 8 for atomic)")
 	iters := fs.Int("iters", 0, "messages per queue pair (default 5000; 1000 for lat)")
@@ -178,6 +180,11 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 			return err
 		}
 		defer closeDevice(env, dev)
+		stopMetrics, err := mf.start(env, dev)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		b := &bench{env: env, dev: dev.Device, test: test, name: args[0], size: n, iters: it, qps: *qps, op: op}
 		var res benchResult
 		if len(args) == 2 {

@@ -37,6 +37,7 @@ type Env struct {
 var commands = []*Command{
 	infoCommand,
 	dumpCommand,
+	statCommand,
 	serveCommand,
 	sendCommand,
 	getCommand,

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/stat"
 	"github.com/xdproce/xdproce/roce"
 )
 
@@ -117,16 +117,18 @@ func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
 	fs.Var(&d.cpu, "cpu", "pin the device's progress thread to the CPUs in `LIST` (e.g. 3 or 2-3): a CPU of its own speeds up transfers; default: unpinned")
 }
 
-// device is an open roce.Device with its capture file.
+// device is an open roce.Device with its capture file and stat socket.
 type device struct {
 	*roce.Device
 	capFile *os.File
-	capBuf  *bufio.Writer
 	capName string
+	stat    *stat.Server
 }
 
-// openDevice opens the interface of the flags and logs which link it chose
-// and why (at info level). cmd names the command for usage errors.
+// openDevice opens the interface of the flags, logs which link it chose and
+// why (at info level) and opens its stat socket (which 'xdproce stat' reads;
+// a device without one is said so on env.Stderr). cmd names the command for
+// usage errors and in the stat socket's replies.
 func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 	if d.dev == "" {
 		return nil, usageErrorf(cmd, "--dev IF is required")
@@ -141,9 +143,10 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 		if err != nil {
 			return nil, fmt.Errorf("capture: %w", err)
 		}
+		// The device's capture writer buffers: FlushCapture writes what it
+		// holds to the file.
 		out.capFile, out.capName = f, d.capture
-		out.capBuf = bufio.NewWriterSize(f, 1<<20)
-		o.Capture = out.capBuf
+		o.Capture = f
 	}
 	dev, err := roce.Open(d.dev, o)
 	if err != nil {
@@ -155,16 +158,20 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 	}
 	out.Device = dev
 	env.Log.Info("link chosen", "dev", d.dev, "link", dev.LinkName(), "asked", d.link.String(), "reason", dev.LinkReason())
+	out.stat, err = stat.Listen(dev, d.dev, strings.TrimPrefix(cmd, "xdproce "))
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "xdproce stat cannot see this process: %v\n", err)
+	}
 	return out, nil
 }
 
 // Close closes the device and then its capture file.
 func (d *device) Close() error {
+	if d.stat != nil {
+		d.stat.Close()
+	}
 	err := d.Device.Close()
 	if d.capFile != nil {
-		if ferr := d.capBuf.Flush(); err == nil && ferr != nil {
-			err = fmt.Errorf("capture: %w", ferr)
-		}
 		if cerr := d.capFile.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("capture: %w", cerr)
 		}

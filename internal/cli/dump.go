@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,7 +49,10 @@ JSON FORMAT
 
 EXIT STATUS
   0 all files read; with --verify, also every RoCE frame decodes with a good
-  ICRC. 1 a file cannot be read or is not a capture, or --verify found a bad
+  ICRC. A file that ends inside a block (a capture still being written, or
+  one cut short) is read up to its last whole frame, with a warning on
+  stderr. --verify prints a summary line on stderr: frames, RoCE frames, bad
+  ICRCs, frames that do not decode. 1 a file cannot be read or is not a capture, or --verify found a bad
   frame (the count goes to stderr). 2 a command-line mistake.
 
 EXAMPLES
@@ -102,6 +106,14 @@ func setupDump(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if err != nil {
 			return err
 		}
+		if *verify {
+			trunc := ""
+			if d.truncated > 0 {
+				trunc = fmt.Sprintf(" (%d of %d files truncated)", d.truncated, len(args))
+			}
+			fmt.Fprintf(env.Stderr, "verify: %d frames, %d RoCE frames, %d with a bad ICRC, %d that do not decode%s\n",
+				d.frames, d.roce, d.badICRC, d.bad-d.badICRC, trunc)
+		}
 		if *verify && d.bad > 0 {
 			return fmt.Errorf("dump: verify: %d of %d RoCE frames bad (%d with a bad ICRC, %d that do not decode), first %s frame %d",
 				d.bad, d.roce, d.badICRC, d.bad-d.badICRC, d.firstBadFile, d.firstBadFrame)
@@ -120,6 +132,7 @@ type dumper struct {
 	multi bool // several files: prefix text lines with the file name
 
 	frames, roce, bad, badICRC int
+	truncated                  int // files that end inside a block
 	firstBadFile               string
 	firstBadFrame              int
 }
@@ -181,10 +194,18 @@ func (d *dumper) file(ctx context.Context, i int, name string) error {
 	}
 	var f capture.Frame
 	n := 0
+	first := d.frames
 	var line []byte
 	for {
 		err := r.Next(&f)
 		if err == io.EOF {
+			break
+		}
+		if errors.Is(err, capture.ErrTruncated) {
+			// A capture still being written (serve flushes it after each
+			// request), or one cut short: what came before is whole.
+			d.truncated++
+			fmt.Fprintf(d.env.Stderr, "dump: warning: %s ends inside a block after %d complete frames (still being written, or cut short); the rest is ignored\n", name, d.frames-first)
 			break
 		}
 		if err != nil {

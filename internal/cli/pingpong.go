@@ -49,6 +49,8 @@ EXAMPLES
 func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
 	var df deviceFlags
 	df.register(fs, true)
+	var mf metricsFlags
+	mf.register(fs)
 	gidx := fs.Int("g", -1, "local GID `index` (-1: the GID of the TCP connection's local address)")
 	size := fs.Int("s", 4096, "message `bytes`")
 	iters := fs.Int("n", 1000, "`iterations` (messages each way)")
@@ -87,6 +89,11 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 			return err
 		}
 		defer closeDevice(env, dev)
+		stopMetrics, err := mf.start(env, dev)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		pathMTU := roce.MTUFromBytes(*mtu)
 		if devMTU := dev.PathMTU(); pathMTU > devMTU {
 			fmt.Fprintf(env.Stderr, "pingpong: -m %d is more than the path MTU of %s, %d; using %d\n", *mtu, dev.Name(), devMTU.Bytes(), devMTU.Bytes())

@@ -60,6 +60,8 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	jsonOut := fs.Bool("json", false, "print one JSON object per finished request")
 	var tf tlsFlags
 	tf.register(fs, true)
+	var mf metricsFlags
+	mf.register(fs)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce serve"
 		if len(args) != 0 {
@@ -91,6 +93,11 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 				fmt.Fprintf(env.Stderr, "capture written to %s\n", df.capture)
 			}
 		}()
+		stopMetrics, err := mf.start(env, dev)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
 		ln, err := cm.Listen(*listen, &cm.Config{TLS: tcfg})
 		if err != nil {
 			return err
@@ -105,6 +112,11 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 			Done: func(op string, res xfer.Result, err error) {
 				mu.Lock()
 				defer mu.Unlock()
+				// The capture is readable up to here while serve runs
+				// on, by the time the request's line is out.
+				if err := dev.FlushCapture(); err != nil {
+					env.Log.Warn("capture", "err", err)
+				}
 				printServed(env, *jsonOut, op, res, err)
 			}}
 		return s.Serve(ctx, ln)
