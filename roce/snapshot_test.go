@@ -2,6 +2,8 @@ package roce_test
 
 import (
 	"encoding/json"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -168,5 +170,24 @@ func TestSnapshotCountsRNR(t *testing.T) {
 	// The failed SEND completed in error: rxe counts it too.
 	if got := counter(t, a.Counters, "rdma_sends"); got != 1 {
 		t.Errorf("rdma_sends = %d, want 1", got)
+	}
+}
+
+// TestSnapshotNamesDocumented keeps docs/counters.md in step with Snapshot:
+// every counter a snapshot reports has a row there.
+func TestSnapshotNamesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/counters.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	connectRC(t, p, connCfg{})
+	s := p.a.Snapshot(true)
+	names := append(roce.Counters(nil), s.Counters...)
+	names = append(names, s.PerQP[0].Counters...)
+	for _, c := range names {
+		if !strings.Contains(string(doc), "`"+c.Name+"`") {
+			t.Errorf("docs/counters.md does not describe %s", c.Name)
+		}
 	}
 }

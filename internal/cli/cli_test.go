@@ -259,7 +259,7 @@ func TestDumpVerifyFails(t *testing.T) {
 	if err == nil || ExitCode(err) != 1 {
 		t.Fatalf("verify of a flipped byte: %v", err)
 	}
-	if want := "dump: verify: 1 of 13 RoCE frames bad (1 with a bad ICRC, 0 that do not decode), first ../../testdata/malformed/flipped_byte.pcapng frame 1"; err.Error() != want {
+	if want := "dump: verify: 13 frames, 13 RoCE frames, 1 with a bad ICRC, 0 that do not decode; first bad: ../../testdata/malformed/flipped_byte.pcapng frame 1"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}
 	if !strings.Contains(out, "icrc BAD") {
@@ -312,14 +312,20 @@ func TestBinaryVerify(t *testing.T) {
 		if err != nil {
 			t.Errorf("xdproce dump --verify %s: %v\n%s", f, err, stderr.String())
 		}
-		if len(out) == 0 || stderr.Len() != 0 {
-			t.Errorf("%s: %d bytes of output, stderr %q", f, len(out), stderr.String())
+		lines := strings.Count(string(out), "\n")
+		want := fmt.Sprintf("verify: %d frames, ", lines)
+		if lines == 0 || !strings.HasPrefix(stderr.String(), want) || strings.Count(stderr.String(), "\n") != 1 ||
+			!strings.HasSuffix(stderr.String(), " 0 with a bad ICRC, 0 that do not decode\n") {
+			t.Errorf("%s: %d lines of output, stderr %q; want one summary line %q...", f, lines, stderr.String(), want)
 		}
 	}
 	// All at once too: one run, every line prefixed with its file name.
-	out, err := exec.Command(binary, append([]string{"dump", "--verify"}, good...)...).CombinedOutput()
-	if err != nil {
-		t.Errorf("dump --verify of all captures: %v\n%s", err, out[max(0, len(out)-500):])
+	all := exec.Command(binary, append([]string{"dump", "--verify"}, good...)...)
+	var allErr bytes.Buffer
+	all.Stderr = &allErr
+	out, err := all.Output()
+	if err != nil || !strings.HasPrefix(allErr.String(), "verify: ") || strings.Count(allErr.String(), "\n") != 1 {
+		t.Errorf("dump --verify of all captures: %v, stderr %q\n%s", err, allErr.String(), out[max(0, len(out)-500):])
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if !strings.Contains(line, ".pcap: ") && !strings.Contains(line, ".pcapng: ") {
@@ -346,6 +352,9 @@ func TestBinaryVerify(t *testing.T) {
 		t.Fatalf("only %d malformed files", len(bad))
 	}
 	for _, f := range bad {
+		if filepath.Base(f) == "truncated.pcapng" {
+			continue // read up to its last whole frame: TestDumpTruncated
+		}
 		cmd := exec.Command(binary, "dump", "--verify", f)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -401,5 +410,45 @@ func TestDumpEnlargeControl(t *testing.T) {
 	js, _, err := run(t, "dump", "--json", path)
 	if err != nil || !strings.Contains(js, `"payload_kind":"enlarge"`) {
 		t.Errorf("JSON lacks payload_kind enlarge: %v", err)
+	}
+}
+
+// TestDumpTruncated: a capture that ends inside a block (as one still being
+// written) lists its whole frames, warns once on stderr and passes
+// --verify.
+func TestDumpTruncated(t *testing.T) {
+	full, err := os.ReadFile(filepath.Join(goldenDir, "rc_read.pcapng"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(goldenDir, "rc_read.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(want), "\n")
+	lines = lines[:len(lines)-1] // after the final newline
+	cut := filepath.Join(t.TempDir(), "cut.pcapng")
+	if err := os.WriteFile(cut, full[:len(full)-10], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"dump", cut}, {"dump", "--verify", cut}} {
+		out, errOut, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if wantOut := strings.Join(lines[:len(lines)-1], ""); out != wantOut {
+			t.Errorf("%q printed:\n%s\nwant all frames but the cut one:\n%s", args, out, wantOut)
+		}
+		warn := fmt.Sprintf("dump: warning: %s ends inside a block after %d complete frames", cut, len(lines)-1)
+		if !strings.HasPrefix(errOut, warn) || strings.Count(errOut, "warning") != 1 {
+			t.Errorf("%q: stderr %q, want a warning %q", args, errOut, warn)
+		}
+		if args[1] == "--verify" && !strings.Contains(errOut, fmt.Sprintf("verify: %d frames, ", len(lines)-1)) {
+			t.Errorf("--verify summary missing: %q", errOut)
+		}
+	}
+	r := runBinary(t, "dump", "--verify", "../../testdata/malformed/truncated.pcapng")
+	if r.code != 0 || !strings.Contains(r.stderr, "warning") || r.stdout == "" {
+		t.Errorf("dump --verify truncated.pcapng: exit %d, stderr %q, %d bytes out", r.code, r.stderr, len(r.stdout))
 	}
 }

@@ -51,8 +51,9 @@ EXIT STATUS
   0 all files read; with --verify, also every RoCE frame decodes with a good
   ICRC. A file that ends inside a block (a capture still being written, or
   one cut short) is read up to its last whole frame, with a warning on
-  stderr. --verify prints a summary line on stderr: frames, RoCE frames, bad
-  ICRCs, frames that do not decode. 1 a file cannot be read or is not a capture, or --verify found a bad
+  stderr. --verify prints a summary line on stderr (frames, RoCE frames, bad
+  ICRCs, frames that do not decode); when a frame is bad, that line is the
+  error. 1 a file cannot be read or is not a capture, or --verify found a bad
   frame (the count goes to stderr). 2 a command-line mistake.
 
 EXAMPLES
@@ -107,16 +108,16 @@ func setupDump(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 			return err
 		}
 		if *verify {
-			trunc := ""
+			// One line either way: the summary, or the error that holds it.
+			sum := fmt.Sprintf("%d frames, %d RoCE frames, %d with a bad ICRC, %d that do not decode",
+				d.frames, d.roce, d.badICRC, d.bad-d.badICRC)
 			if d.truncated > 0 {
-				trunc = fmt.Sprintf(" (%d of %d files truncated)", d.truncated, len(args))
+				sum += fmt.Sprintf(" (%d of %d files truncated)", d.truncated, len(args))
 			}
-			fmt.Fprintf(env.Stderr, "verify: %d frames, %d RoCE frames, %d with a bad ICRC, %d that do not decode%s\n",
-				d.frames, d.roce, d.badICRC, d.bad-d.badICRC, trunc)
-		}
-		if *verify && d.bad > 0 {
-			return fmt.Errorf("dump: verify: %d of %d RoCE frames bad (%d with a bad ICRC, %d that do not decode), first %s frame %d",
-				d.bad, d.roce, d.badICRC, d.bad-d.badICRC, d.firstBadFile, d.firstBadFrame)
+			if d.bad > 0 {
+				return fmt.Errorf("dump: verify: %s; first bad: %s frame %d", sum, d.firstBadFile, d.firstBadFrame)
+			}
+			fmt.Fprintf(env.Stderr, "verify: %s\n", sum)
 		}
 		env.Log.Info("dump done", "files", len(args), "frames", d.frames, "roce", d.roce, "bad", d.bad)
 		return nil

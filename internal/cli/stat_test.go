@@ -105,6 +105,15 @@ func TestPrivilegedStatMetrics(t *testing.T) {
 			t.Errorf("stat lacks %s: %v (%s)", name, before.XDP, before.XDPError)
 		}
 	}
+	if doc, err := os.ReadFile("../../docs/counters.md"); err != nil {
+		t.Error(err)
+	} else {
+		for _, c := range before.XDP {
+			if !strings.Contains(string(doc), "`"+c.Name+"`") {
+				t.Errorf("docs/counters.md does not describe %s", c.Name)
+			}
+		}
+	}
 	scrape0 := scrape()
 
 	src := filepath.Join(t.TempDir(), "big")

@@ -25,14 +25,16 @@ const EnvDir = "XDPROCE_RUN_DIR"
 // /run/xdproce for root, else $XDG_RUNTIME_DIR/xdproce. Without any of them
 // (a non-root process with no XDG_RUNTIME_DIR) there is none, and the error
 // says so.
-func Dir() (string, error) {
-	if d := os.Getenv(EnvDir); d != "" {
+func Dir() (string, error) { return dirFor(os.Geteuid(), os.Getenv) }
+
+func dirFor(euid int, getenv func(string) string) (string, error) {
+	if d := getenv(EnvDir); d != "" {
 		return d, nil
 	}
-	if os.Geteuid() == 0 {
+	if euid == 0 {
 		return "/run/xdproce", nil
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+	if d := getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "xdproce"), nil
 	}
 	return "", errors.New("XDG_RUNTIME_DIR is not set (nor " + EnvDir + ")")
