@@ -42,7 +42,9 @@ Serve prints one line per finished request on stdout, plus a line "enlarge:
 phase, promotions, ..." for a transfer through an enlargement channel (with
 --json one JSON object per line: op, name, size, sha256, seconds, gbps, link,
 peer_link, path_mtu, error, and an "enlarge" object) and runs until
-interrupted (Ctrl-C).
+interrupted (Ctrl-C). 'xdproce stat' shows its counters meanwhile, --metrics ADDR
+serves them to Prometheus, and a --capture file is flushed after each request,
+so it can be read while serve runs.
 
 EXAMPLES
   sudo xdproce serve --dev eth1 --dir /srv/incoming
