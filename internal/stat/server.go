@@ -59,6 +59,7 @@ type Server struct {
 	ln      *net.UnixListener
 	path    string
 	src     Source
+	ifname  string
 	pid     int
 	command string
 	netns   uint64
@@ -80,7 +81,7 @@ func Listen(src Source, ifname, command string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat socket: %w", err)
 	}
-	s := &Server{src: src, pid: os.Getpid(), command: command, netns: ns}
+	s := &Server{src: src, ifname: ifname, pid: os.Getpid(), command: command, netns: ns}
 	s.path = filepath.Join(dir, socketName(s.pid, ns, ifname))
 	// A file of this name is left by a process that had this PID before.
 	_ = os.Remove(s.path)
@@ -125,8 +126,11 @@ func (s *Server) answer(c *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	perQP := strings.TrimSpace(line) == "qp"
-	_ = json.NewEncoder(c).Encode(Reply{PID: s.pid, Command: s.command, NetNS: s.netns, Snapshot: s.src.Snapshot(perQP)})
+	snap := s.src.Snapshot(strings.TrimSpace(line) == "qp")
+	if snap.Device == "" { // a device made by roce.NewDevice
+		snap.Device = s.ifname
+	}
+	_ = json.NewEncoder(c).Encode(Reply{PID: s.pid, Command: s.command, NetNS: s.netns, Snapshot: snap})
 }
 
 // Close stops serving and removes the socket.
