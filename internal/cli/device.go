@@ -127,8 +127,8 @@ type device struct {
 
 // openDevice opens the interface of the flags, logs which link it chose and
 // why (at info level) and opens its stat socket (which 'xdproce stat' reads;
-// a device without one is said so on env.Stderr). cmd names the command for
-// usage errors and in the stat socket's replies.
+// a device without one is a warning). cmd names the command for usage errors
+// and in the stat socket's replies.
 func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 	if d.dev == "" {
 		return nil, usageErrorf(cmd, "--dev IF is required")
@@ -160,7 +160,7 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 	env.Log.Info("link chosen", "dev", d.dev, "link", dev.LinkName(), "asked", d.link.String(), "reason", dev.LinkReason())
 	out.stat, err = stat.Listen(dev, d.dev, strings.TrimPrefix(cmd, "xdproce "))
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "xdproce stat cannot see this process: %v\n", err)
+		env.Log.Warn("xdproce stat cannot see this process", "err", err)
 	}
 	return out, nil
 }
