@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/xdproce/xdproce/internal/stat"
 )
 
 // binary is the xdproce executable TestMain builds once.
@@ -25,6 +27,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "xdproce")
+	// Stat sockets of the processes the tests start (killed ones leave
+	// theirs) go to the test's directory, not /run/xdproce.
+	os.Setenv(stat.EnvDir, filepath.Join(dir, "run"))
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "building xdproce: no go on PATH:", err)
