@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/xdproce/xdproce/roce/wire"
@@ -61,6 +62,37 @@ func TestZeroAllocs(t *testing.T) {
 			}
 		}); a != 0 {
 			t.Errorf("%v: ComputeICRC/VerifyICRC allocate %v times", f, a)
+		}
+	}
+	// The OOO opcodes, accepted and refused.
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, op := range oooOpcodes {
+		info, _ := op.Info()
+		for _, n := range payloadLens(info) {
+			_, frame := oooFrame(t, rng, op, false, n)
+			if a := testing.AllocsPerRun(20, func() {
+				if p.Decode(frame) == nil {
+					t.Fatal("OOO frame decoded without AcceptOOO")
+				}
+				if err := p.DecodeWith(frame, wire.AcceptOOO|wire.InPlace); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.DecodeWith(frame, wire.AcceptOOO); err != nil {
+					t.Fatal(err)
+				}
+			}); a != 0 {
+				t.Errorf("%v n=%d: DecodeWith allocates %v times", op, n, a)
+			}
+			if a := testing.AllocsPerRun(20, func() {
+				if _, err := p.Encode(buf); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := p.EncodeInPlace(buf, n); err != nil {
+					t.Fatal(err)
+				}
+			}); a != 0 {
+				t.Errorf("%v n=%d: Encode allocates %v times", op, n, a)
+			}
 		}
 	}
 	// Error paths allocate nothing either.

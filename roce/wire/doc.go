@@ -5,6 +5,14 @@
 // arithmetic; the UDP source ports Linux rxe uses; the path MTU enum; and
 // gopacket layer types registered on UDP port 4791.
 //
+// It also holds xdproce's OOO mode (docs/ooo-wire.md): five opcodes in the
+// manufacturer-specific range (OOO_WRITE, OOO_READ_REQ, OOO_COMPLETION and
+// the third-party OOO_3P_READ_REQ and OOO_3P_WRITE, Transport OOO) and their
+// headers XRH, XRR, XCS and XTP. Decode and DecodeWritable refuse them as
+// unknown opcodes; a receiver that negotiated OOO mode decodes them with
+// DecodeWith(frame, AcceptOOO), which also checks that each packet's place
+// in its operation is consistent.
+//
 // It imports nothing else of xdproce, does no I/O and keeps no state besides
 // read-only tables, so everything in it is safe for concurrent use on
 // distinct values.
@@ -20,11 +28,13 @@
 // hashes the ICRC in place, in one pass (masking in the frame and restoring
 // it before it returns), which saves some 20 ns a frame; Decode never writes
 // to its input.
+// DecodeWith is either of them, widened by AcceptOOO.
 // Packet.Encode writes into a caller-owned buffer of at least FrameLen bytes
 // and copies the payload; Packet.EncodeInPlace skips the copy for a payload
-// already at HeaderLen in the buffer. Decode, DecodeWritable, Encode,
-// EncodeInPlace, ComputeICRC, VerifyICRC and SetICRC allocate nothing (the
-// tests enforce testing.AllocsPerRun == 0), and never panic on any input.
+// already at HeaderLen in the buffer. Decode, DecodeWritable, DecodeWith,
+// Encode, EncodeInPlace, ComputeICRC, VerifyICRC and SetICRC allocate
+// nothing (the tests enforce testing.AllocsPerRun == 0), and never panic on
+// any input.
 //
 // # Errors
 //

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -15,19 +16,32 @@ func addSeeds(f *testing.F) {
 	for _, c := range rxeFrames(f) {
 		f.Add(c.data)
 	}
+	// One frame of each OOO opcode, IPv4 and IPv6, with the payload
+	// lengths at the edges of the rules.
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, op := range oooOpcodes {
+		info, _ := op.Info()
+		for _, v6 := range []bool{false, true} {
+			for _, n := range payloadLens(info) {
+				_, frame := oooFrame(f, rng, op, v6, n)
+				f.Add(frame)
+			}
+		}
+	}
 }
 
 // FuzzDecode: Decode never panics; DecodeWritable gives the same Packet and
-// error and leaves the frame as it was; a frame that decodes re-encodes to
-// the same bytes (up to the end of the IP packet); a frame whose only fault
-// is a checksum re-encodes to one that decodes cleanly.
+// error and leaves the frame as it was; AcceptOOO changes only the verdict
+// on OOO opcodes (checkWritable); a frame that decodes (with AcceptOOO)
+// re-encodes to the same bytes (up to the end of the IP packet); a frame
+// whose only fault is a checksum re-encodes to one that decodes cleanly.
 func FuzzDecode(f *testing.F) {
 	addSeeds(f)
 	buf := make([]byte, 1<<16+64)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p wire.Packet
 		err := checkWritable(t, "fuzz input", data)
-		if perr := p.Decode(data); perr != err {
+		if perr := p.DecodeWith(data, wire.AcceptOOO); perr != err {
 			t.Fatalf("Decode: %v, then %v", err, perr)
 		}
 		if _, cerr := wire.ComputeICRC(data); err == nil && cerr != nil {
@@ -56,7 +70,7 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		var r wire.Packet
-		if err := r.Decode(buf[:n]); err != nil {
+		if err := r.DecodeWith(buf[:n], wire.AcceptOOO); err != nil {
 			t.Fatalf("re-encoded frame does not decode: %v", err)
 		}
 	})
@@ -96,7 +110,8 @@ func FuzzGopacket(f *testing.F) {
 			t.Fatalf("BTH layer serialises differently\n got %x\nwant %x", sb.Bytes(), udp.Payload)
 		}
 		var p wire.Packet
-		if err := p.Decode(data); err == nil && (p.BTH != l.BTH || !bytes.Equal(p.Payload, l.Payload)) {
+		if err := p.DecodeWith(data, wire.AcceptOOO); err == nil && (p.BTH != l.BTH || !bytes.Equal(p.Payload, l.Payload) ||
+			p.XRH != l.XRH || p.XRR != l.XRR || p.XCS != l.XCS || p.XTPTarget != l.XTPTarget || p.XTPController != l.XTPController) {
 			t.Fatal("Packet.Decode and the BTH layer disagree")
 		}
 	})

@@ -38,6 +38,12 @@ type BTHLayer struct {
 	// extension headers to the extension layers serialised after it (the
 	// layout gopacket.NewPacket produces).
 	SeparateExtensions bool
+
+	// The OOO headers (Transport OOO opcodes only, docs/ooo-wire.md).
+	XRH                      XRH
+	XRR                      XRR
+	XCS                      XCS
+	XTPTarget, XTPController XTP
 }
 
 var (
@@ -66,11 +72,13 @@ func payloadType(b []byte) gopacket.LayerType {
 
 // DecodeFromBytes decodes a UDP payload: BTH through ICRC, with the checks of
 // Packet.Decode that need no IP header (TVer, opcode, lengths, pad, payload
-// rules). It resets every field, aliases data and does not allocate.
+// rules). It accepts the OOO opcodes (a layer is for looking at packets, not
+// for a receiver that must refuse them; see AcceptOOO). It resets every
+// field, aliases data and does not allocate.
 func (l *BTHLayer) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	var p Packet
 	*l = BTHLayer{}
-	err := p.decodeTransport(data)
+	err := p.decodeTransport(data, true)
 	if err != nil {
 		if err == errBTHShort || err == errExtShort {
 			df.SetTruncated()
@@ -82,6 +90,7 @@ func (l *BTHLayer) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) erro
 		BaseLayer: layers.BaseLayer{Contents: data[:hl:hl], Payload: p.Payload},
 		BTH:       p.BTH, RETH: p.RETH, AETH: p.AETH, Atomic: p.Atomic, AtomicAck: p.AtomicAck, DETH: p.DETH,
 		ImmDt: p.ImmDt, IETH: p.IETH, ICRC: p.ICRC,
+		XRH: p.XRH, XRR: p.XRR, XCS: p.XCS, XTPTarget: p.XTPTarget, XTPController: p.XTPController,
 		Trailer: data[hl+len(p.Payload):],
 	}
 	return nil
@@ -103,7 +112,8 @@ func (l *BTHLayer) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.Seriali
 	if info.Name == "" {
 		return errLayerOpcode
 	}
-	if !l.BTH.valid() || l.AETH.MSN > PSNMask || l.DETH.SrcQPN > PSNMask {
+	if !l.BTH.valid() || l.AETH.MSN > PSNMask || l.DETH.SrcQPN > PSNMask ||
+		l.XTPTarget.QPN > PSNMask || l.XTPController.QPN > PSNMask || l.XCS.Resv > PSNMask {
 		return errLayerField
 	}
 	n := len(b.Bytes())
@@ -129,7 +139,8 @@ func (l *BTHLayer) SerializeTo(b gopacket.SerializeBuffer, opts gopacket.Seriali
 			return err
 		}
 		p := Packet{RETH: l.RETH, AETH: l.AETH, Atomic: l.Atomic, AtomicAck: l.AtomicAck, DETH: l.DETH,
-			ImmDt: l.ImmDt, IETH: l.IETH}
+			ImmDt: l.ImmDt, IETH: l.IETH,
+			XRH: l.XRH, XRR: l.XRR, XCS: l.XCS, XTPTarget: l.XTPTarget, XTPController: l.XTPController}
 		p.encodeExt(info.Headers, h)
 	}
 	h, err := b.PrependBytes(BTHLen)
@@ -198,6 +209,31 @@ func decodeBTH(data []byte, pb gopacket.PacketBuilder) error {
 		}},
 		{HasIETH, LayerTypeIETH, IETHLen, func(c, p []byte) gopacket.Layer {
 			return &IETHLayer{BaseLayer: layers.BaseLayer{Contents: c, Payload: p}, RKey: decodeU32(c)}
+		}},
+		{HasXRH, LayerTypeXRH, XRHLen, func(c, p []byte) gopacket.Layer {
+			x := &XRHLayer{BaseLayer: layers.BaseLayer{Contents: c, Payload: p}}
+			x.XRH.decode(c)
+			return x
+		}},
+		{HasXRR, LayerTypeXRR, XRRLen, func(c, p []byte) gopacket.Layer {
+			x := &XRRLayer{BaseLayer: layers.BaseLayer{Contents: c, Payload: p}}
+			x.XRR.decode(c)
+			return x
+		}},
+		{HasXCS, LayerTypeXCS, XCSLen, func(c, p []byte) gopacket.Layer {
+			x := &XCSLayer{BaseLayer: layers.BaseLayer{Contents: c, Payload: p}}
+			x.XCS.decode(c)
+			return x
+		}},
+		{HasXTPTarget, LayerTypeXTPTarget, XTPLen, func(c, p []byte) gopacket.Layer {
+			x := &XTPTargetLayer{BaseLayer: layers.BaseLayer{Contents: c, Payload: p}}
+			x.XTP.decode(c)
+			return x
+		}},
+		{HasXTPController, LayerTypeXTPController, XTPLen, func(c, p []byte) gopacket.Layer {
+			x := &XTPControllerLayer{BaseLayer: layers.BaseLayer{Contents: c, Payload: p}}
+			x.XTP.decode(c)
+			return x
 		}},
 	} {
 		if h&e.bit != 0 {

@@ -39,6 +39,11 @@ func wantLayers(p *wire.Packet) []gopacket.LayerType {
 		{wire.HasAtomicAckETH, wire.LayerTypeAtomicAckETH},
 		{wire.HasImmDt, wire.LayerTypeImmDt},
 		{wire.HasIETH, wire.LayerTypeIETH},
+		{wire.HasXRH, wire.LayerTypeXRH},
+		{wire.HasXRR, wire.LayerTypeXRR},
+		{wire.HasXCS, wire.LayerTypeXCS},
+		{wire.HasXTPTarget, wire.LayerTypeXTPTarget},
+		{wire.HasXTPController, wire.LayerTypeXTPController},
 	} {
 		if info.Headers&h.bit != 0 {
 			want = append(want, h.lt)

@@ -60,6 +60,12 @@ var opcodeFacts = []struct {
 	{0x64, "UD_SEND_ONLY", wire.HasDETH, 20, true, true},
 	{0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", wire.HasDETH | wire.HasImmDt, 24, true, true},
 	{0x81, "CNP", 0, 12, true, false},
+	// OOO mode (docs/ooo-wire.md): RETH 16, XRH 24, XRR 12, XCS 4, XTP 24.
+	{0xC0, "OOO_WRITE", wire.HasRETH | wire.HasXRH, 52, true, true},
+	{0xC1, "OOO_READ_REQ", wire.HasRETH | wire.HasXRH | wire.HasXRR, 64, false, true},
+	{0xC2, "OOO_COMPLETION", wire.HasXRH | wire.HasXCS, 40, false, false},
+	{0xC3, "OOO_3P_READ_REQ", wire.HasRETH | wire.HasXRH | wire.HasXRR | wire.HasXTPTarget | wire.HasXTPController, 112, false, true},
+	{0xC4, "OOO_3P_WRITE", wire.HasRETH | wire.HasXRH | wire.HasXTPController, 76, true, true},
 }
 
 func TestOpcodeTable(t *testing.T) {
@@ -77,7 +83,7 @@ func TestOpcodeTable(t *testing.T) {
 		if info.Headers != f.headers || info.HdrLen != f.hdrLen || info.Payload != f.payload || info.Request != f.request {
 			t.Errorf("%s: %+v, want headers %v len %d payload %v request %v", f.name, info, f.headers, f.hdrLen, f.payload, f.request)
 		}
-		tr := map[string]wire.Transport{"RC": wire.RC, "UC": wire.UC, "UD": wire.UD, "CNP": wire.CNPTransport}[strings.SplitN(f.name, "_", 2)[0]]
+		tr := map[string]wire.Transport{"RC": wire.RC, "UC": wire.UC, "UD": wire.UD, "CNP": wire.CNPTransport, "OOO": wire.OOO}[strings.SplitN(f.name, "_", 2)[0]]
 		if info.Transport != tr {
 			t.Errorf("%s: transport %v, want %v", f.name, info.Transport, tr)
 		}
@@ -99,7 +105,7 @@ func TestOpcodeTable(t *testing.T) {
 			sub  string
 			kind wire.Kind
 		}{
-			{"READ_REQUEST", wire.KindReadRequest}, {"READ_RESPONSE", wire.KindReadResponse},
+			{"READ_REQ", wire.KindReadRequest}, {"READ_RESPONSE", wire.KindReadResponse}, {"COMPLETION", wire.KindCompletion},
 			{"ATOMIC_ACK", wire.KindAtomicAck}, {"ACKNOWLEDGE", wire.KindAck}, {"WRITE", wire.KindWrite},
 			{"SEND", wire.KindSend}, {"COMPARE_SWAP", wire.KindCompareSwap}, {"FETCH_ADD", wire.KindFetchAdd},
 			{"CNP", wire.KindCNP},
@@ -122,7 +128,7 @@ func TestOpcodeTable(t *testing.T) {
 	if diff := cmp.Diff(known, wire.Opcodes()); diff != "" {
 		t.Errorf("Opcodes() (-want +got):\n%s", diff)
 	}
-	for _, o := range []wire.Opcode{0x15, 0x18, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xFF} {
+	for _, o := range []wire.Opcode{0x15, 0x18, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xC5, 0xDF, 0xE0, 0xFF} {
 		if _, ok := o.Info(); ok || o.Known() {
 			t.Errorf("%#x: known", uint8(o))
 		}
@@ -132,6 +138,12 @@ func TestOpcodeTable(t *testing.T) {
 	}
 	if got := (wire.HasRETH | wire.HasImmDt).String(); got != "RETH|ImmDt" {
 		t.Errorf("Headers.String = %q", got)
+	}
+	if got := (wire.HasRETH | wire.HasXRH | wire.HasXTPController).String(); got != "RETH|XRH|XTPController" {
+		t.Errorf("Headers.String = %q", got)
+	}
+	if got := wire.OOO.String(); got != "OOO" {
+		t.Errorf("Transport.String = %q", got)
 	}
 }
 

@@ -4,7 +4,8 @@ import "strconv"
 
 // Opcode is the BTH opcode (IBA Vol 1, 9.2; RoCEv2 annex
 // A17 for CNP). The top three bits select the transport (000 RC, 001 UC,
-// 011 UD, 100 CNP), the low five the operation.
+// 011 UD, 100 CNP, 110 manufacturer specific: xdproce's OOO mode), the low
+// five the operation.
 type Opcode uint8
 
 // Opcodes this package knows. UC opcodes are the RC ones | 0x20 (SEND and
@@ -52,6 +53,18 @@ const (
 	opcodeTransport        = 0xE0
 )
 
+// The OOO opcodes (docs/ooo-wire.md) are xdproce's own, in the IBTA
+// manufacturer-specific range 0xC0..0xDF. Decode refuses them unless asked
+// (AcceptOOO): a device that did not negotiate OOO mode treats them as any
+// other unknown opcode.
+const (
+	OOOWrite      Opcode = 0xC0 // RETH (this packet's VA and length) + XRH, payload
+	OOOReadReq    Opcode = 0xC1 // RETH (source VA, total) + XRH + XRR
+	OOOCompletion Opcode = 0xC2 // XRH + XCS, no payload
+	OOO3PReadReq  Opcode = 0xC3 // as OOOReadReq + XTP target + XTP controller
+	OOO3PWrite    Opcode = 0xC4 // as OOOWrite + XTP controller
+)
+
 // Transport is the service an opcode belongs to.
 type Transport uint8
 
@@ -61,9 +74,10 @@ const (
 	UC
 	UD
 	CNPTransport
+	OOO // manufacturer-specific opcodes 0xC0..0xDF: out-of-order RDMA over datagrams
 )
 
-var transportNames = [...]string{"Transport(0)", "RC", "UC", "UD", "CNP"}
+var transportNames = [...]string{"Transport(0)", "RC", "UC", "UD", "CNP", "OOO"}
 
 func (t Transport) String() string {
 	if int(t) < len(transportNames) {
@@ -106,10 +120,11 @@ const (
 	KindCompareSwap
 	KindFetchAdd
 	KindCNP
+	KindCompletion // OOO_COMPLETION: the proof that an OOO operation was placed whole
 )
 
 var kindNames = [...]string{"Kind(0)", "SEND", "RDMA_WRITE", "RDMA_READ_REQUEST", "RDMA_READ_RESPONSE",
-	"ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD", "CNP"}
+	"ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD", "CNP", "COMPLETION"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -120,7 +135,9 @@ func (k Kind) String() string {
 
 // Headers is the set of extension headers an opcode carries after the BTH.
 // On the wire they appear in the order DETH, RETH|AtomicETH, AETH,
-// AtomicAckETH, ImmDt|IETH (IBA Vol 1, 9.3 "Extended transport headers").
+// AtomicAckETH, ImmDt|IETH (IBA Vol 1, 9.3 "Extended transport headers");
+// the OOO headers, which only the OOO opcodes carry, follow the RETH in the
+// order XRH, XRR|XCS, XTP target, XTP controller.
 type Headers uint16
 
 // Extension header bits.
@@ -132,9 +149,18 @@ const (
 	HasImmDt
 	HasIETH
 	HasDETH
+	HasXRH           // OOO request header: contexts, transaction id, total, notify, segment, tag
+	HasXRR           // OOO READ return address: the sink's VA and rkey
+	HasXCS           // OOO completion status
+	HasXTPTarget     // OOO third party: the data sink (GID, QPN, context)
+	HasXTPController // OOO third party: the controller that gets the completion
 )
 
-var headerNames = [...]string{"RETH", "AETH", "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH"}
+// oooHeaders are the headers only OOO opcodes carry.
+const oooHeaders = HasXRH | HasXRR | HasXCS | HasXTPTarget | HasXTPController
+
+var headerNames = [...]string{"RETH", "AETH", "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH",
+	"XRH", "XRR", "XCS", "XTPTarget", "XTPController"}
 
 // String lists the headers in bit order, joined by "|", or "none".
 func (h Headers) String() string {
@@ -159,29 +185,17 @@ func (h Headers) String() string {
 	return s
 }
 
+// headerLens are the lengths of the headers, in bit order.
+var headerLens = [...]int{RETHLen, AETHLen, AtomicETHLen, AtomicAckETHLen, ImmDtLen, IETHLen, DETHLen,
+	XRHLen, XRRLen, XCSLen, XTPLen, XTPLen}
+
 // Len is the number of bytes the headers take on the wire.
 func (h Headers) Len() int {
 	n := 0
-	if h&HasDETH != 0 {
-		n += DETHLen
-	}
-	if h&HasRETH != 0 {
-		n += RETHLen
-	}
-	if h&HasAtomicETH != 0 {
-		n += AtomicETHLen
-	}
-	if h&HasAETH != 0 {
-		n += AETHLen
-	}
-	if h&HasAtomicAckETH != 0 {
-		n += AtomicAckETHLen
-	}
-	if h&HasImmDt != 0 {
-		n += ImmDtLen
-	}
-	if h&HasIETH != 0 {
-		n += IETHLen
+	for i, l := range headerLens {
+		if h&(1<<i) != 0 {
+			n += l
+		}
 	}
 	return n
 }
@@ -246,10 +260,19 @@ var opTable = [256]OpInfo{
 	UDSendOnlyImm: op("UD_SEND_ONLY_WITH_IMMEDIATE", UD, KindSend, PosOnly, HasDETH|HasImmDt, true, true),
 
 	CNP: op("CNP", CNPTransport, KindCNP, PosOnly, 0, true, false),
+
+	OOOWrite:      op("OOO_WRITE", OOO, KindWrite, PosOnly, HasRETH|HasXRH, true, true),
+	OOOReadReq:    op("OOO_READ_REQ", OOO, KindReadRequest, PosOnly, HasRETH|HasXRH|HasXRR, false, true),
+	OOOCompletion: op("OOO_COMPLETION", OOO, KindCompletion, PosOnly, HasXRH|HasXCS, false, false),
+	OOO3PReadReq: op("OOO_3P_READ_REQ", OOO, KindReadRequest, PosOnly,
+		HasRETH|HasXRH|HasXRR|HasXTPTarget|HasXTPController, false, true),
+	OOO3PWrite: op("OOO_3P_WRITE", OOO, KindWrite, PosOnly, HasRETH|HasXRH|HasXTPController, true, true),
 }
 
 // Info returns the table entry of o; ok is false for opcodes this package
-// does not know (RD, reserved, the IBA 1.5 FLUSH/ATOMIC_WRITE, ...).
+// does not know (RD, reserved, the IBA 1.5 FLUSH/ATOMIC_WRITE, other
+// manufacturer-specific opcodes, ...). The OOO opcodes are known here,
+// though Decode refuses them unless asked (AcceptOOO).
 func (o Opcode) Info() (OpInfo, bool) {
 	i := &opTable[o]
 	return *i, i.Name != ""

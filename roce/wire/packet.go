@@ -54,6 +54,14 @@ type Packet struct {
 	IETH             uint32 // R_Key to invalidate
 	Payload          []byte // aliases the frame after Decode
 	ICRC             uint32 // as found by Decode; as written by Encode
+
+	// The OOO headers (opcodes 0xC0..0xC4, docs/ooo-wire.md), set and used
+	// only for the opcodes that carry them.
+	XRH           XRH
+	XRR           XRR
+	XCS           XCS
+	XTPTarget     XTP // OOO_3P_READ_REQ: the data sink
+	XTPController XTP // OOO_3P_READ_REQ, OOO_3P_WRITE: who gets the completion
 }
 
 // IPv4 flag bits of Packet.IPFlags.
@@ -105,8 +113,9 @@ func (p *Packet) FrameLen() int {
 // version, IPv4 header length, no fragment, protocol UDP, IPv6 next header
 // UDP), the lengths (the IP length must fit the frame; Ethernet padding after
 // it is ignored; the UDP length must equal the IP payload length), the UDP
-// destination port 4791 (any source port), BTH TVer 0, a known opcode, the
-// extension headers of the opcode, the pad count and zero pad bytes, the
+// destination port 4791 (any source port), BTH TVer 0, a known opcode (the
+// OOO opcodes only under DecodeWith's AcceptOOO), the extension headers of
+// the opcode, the pad count and zero pad bytes, the
 // payload length rules of the opcode (none for ACKs, READ requests and
 // atomics; one whole path MTU for FIRST/MIDDLE; 1..4096 for LAST; 0..4096 for
 // ONLY; 16 for CNP), then the IPv4 header checksum (ErrBadChecksum) and last
@@ -125,7 +134,7 @@ func (p *Packet) FrameLen() int {
 // ErrNotRoCE, ErrBadLength, ErrBadVersion, ErrUnknownOpcode, ErrBadPadCount,
 // ErrBadChecksum and ErrBadICRC.
 func (p *Packet) Decode(frame []byte) error {
-	return p.decode(frame, false)
+	return p.decode(frame, 0)
 }
 
 // DecodeWritable is Decode for the owner of a writable frame, such as a
@@ -138,10 +147,10 @@ func (p *Packet) Decode(frame []byte) error {
 // that may be shared or read-only (a pcap file's data, gopacket's
 // Packet.Data, a caller's buffer) go to Decode.
 func (p *Packet) DecodeWritable(frame []byte) error {
-	return p.decode(frame, true)
+	return p.decode(frame, InPlace)
 }
 
-func (p *Packet) decode(frame []byte, writable bool) error {
+func (p *Packet) decode(frame []byte, flags DecodeFlags) error {
 	*p = Packet{}
 	if len(frame) < ethLen {
 		return errEthShort
@@ -236,7 +245,7 @@ func (p *Packet) decode(frame []byte, writable bool) error {
 	}
 
 	// BTH, extension headers, payload, pad.
-	if err := p.decodeTransport(l4[udpLen:]); err != nil {
+	if err := p.decodeTransport(l4[udpLen:], flags&AcceptOOO != 0); err != nil {
 		return err
 	}
 
@@ -244,7 +253,7 @@ func (p *Packet) decode(frame []byte, writable bool) error {
 		return errIPv4Checksum
 	}
 	var crc uint32
-	if writable {
+	if flags&InPlace != 0 {
 		ipOff := len(frame) - len(b)
 		crc = icrcInPlace(frame[ipOff-8:ipOff+len(ip)+len(l4)-ICRCLen], len(ip), p.IPv6)
 	} else {
@@ -256,8 +265,9 @@ func (p *Packet) decode(frame []byte, writable bool) error {
 	return nil
 }
 
-// decodeTransport decodes the UDP payload: BTH through ICRC.
-func (p *Packet) decodeTransport(t []byte) error {
+// decodeTransport decodes the UDP payload: BTH through ICRC. The OOO
+// opcodes are unknown unless acceptOOO.
+func (p *Packet) decodeTransport(t []byte, acceptOOO bool) error {
 	if len(t) < BTHLen+ICRCLen {
 		return errBTHShort
 	}
@@ -268,6 +278,9 @@ func (p *Packet) decodeTransport(t []byte) error {
 	info := &opTable[p.BTH.Opcode]
 	if info.Name == "" {
 		return errBTHOpcode
+	}
+	if info.Transport == OOO && !acceptOOO {
+		return errBTHOpcodeOOO
 	}
 	if len(t)&3 != 0 {
 		return errBTHAlign
@@ -291,6 +304,11 @@ func (p *Packet) decodeTransport(t []byte) error {
 	if e := payloadErr(payloadRule(info, n), false); e != nil {
 		return e
 	}
+	if info.Transport == OOO {
+		if e := oooErr(p.oooRule(info, n), false); e != nil {
+			return e
+		}
+	}
 	p.Payload = rest[:n:n]
 	p.ICRC = binary.LittleEndian.Uint32(t[end:])
 	return nil
@@ -309,6 +327,10 @@ func (p *Packet) decodeExt(h Headers, b []byte) {
 	if h&HasRETH != 0 {
 		p.RETH.decode(b)
 		b = b[RETHLen:]
+	}
+	if h&oooHeaders != 0 {
+		p.decodeOOO(h, b)
+		return
 	}
 	if h&HasAtomicETH != 0 {
 		p.Atomic.decode(b)
@@ -342,6 +364,10 @@ func (p *Packet) encodeExt(h Headers, b []byte) {
 	if h&HasRETH != 0 {
 		p.RETH.encode(b)
 		b = b[RETHLen:]
+	}
+	if h&oooHeaders != 0 {
+		p.encodeOOO(h, b)
+		return
 	}
 	if h&HasAtomicETH != 0 {
 		p.Atomic.encode(b)
@@ -433,6 +459,14 @@ func (p *Packet) encode(buf []byte, n int, copyPayload bool) (int, error) {
 	}
 	if p.AETH.MSN > PSNMask || p.DETH.SrcQPN > PSNMask {
 		return 0, errEncExtField
+	}
+	if info.Transport == OOO {
+		if p.XTPTarget.QPN > PSNMask || p.XTPController.QPN > PSNMask || p.XCS.Resv > PSNMask {
+			return 0, errEncOOOField
+		}
+		if e := oooErr(p.oooRule(info, n), true); e != nil {
+			return 0, e
+		}
 	}
 	if p.IPv6 {
 		if !p.SrcIP.Is6() || !p.DstIP.Is6() {

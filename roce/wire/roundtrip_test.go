@@ -139,7 +139,50 @@ func randomPacket(rng *rand.Rand, op wire.Opcode, v6, vlan bool, opts int, n int
 	for i := range p.Payload {
 		p.Payload[i] = byte(rng.Uint32())
 	}
+	if info.Transport == wire.OOO {
+		randomOOO(rng, &p, &info, n)
+	}
 	return p
+}
+
+// randomOOO fills the OOO headers of p with random values that keep the
+// OOO rules: a data packet of n bytes is a whole segment or the last one,
+// inside the operation; a READ request's total is its RETH length.
+func randomOOO(rng *rand.Rand, p *wire.Packet, info *wire.OpInfo, n int) {
+	p.XRH = wire.XRH{
+		Ctx: wire.Ctx(rng.Uint32()), TID: rng.Uint32(), Total: rng.Uint32(), Initiator: wire.Ctx(rng.Uint32()),
+		Notify: wire.Notify(rng.Uint32()), Seg: wire.MTU(1 + rng.IntN(5)), Resv: uint16(rng.Uint32()), Tag: rng.Uint32(),
+	}
+	switch info.Kind {
+	case wire.KindWrite:
+		for p.XRH.Seg.Bytes() < n {
+			p.XRH.Seg++
+		}
+		seg := uint32(p.XRH.Seg.Bytes())
+		p.BTH.PSN = uint32(rng.IntN(1000))
+		p.RETH.DMALen = uint32(n)
+		p.XRH.Total = p.BTH.PSN*seg + uint32(n) // the last packet
+		if uint32(n) == seg && rng.IntN(2) == 0 {
+			p.XRH.Total += uint32(rng.IntN(1 << 20)) // one in the middle
+		}
+	case wire.KindReadRequest:
+		p.XRH.Total = p.RETH.DMALen
+	}
+	if info.Headers&wire.HasXRR != 0 {
+		p.XRR = wire.XRR{VA: rng.Uint64(), RKey: rng.Uint32()}
+	}
+	if info.Headers&wire.HasXCS != 0 {
+		p.XCS = wire.XCS{Status: uint8(rng.Uint32()), Resv: rng.Uint32() & wire.PSNMask}
+	}
+	for _, x := range []*wire.XTP{&p.XTPTarget, &p.XTPController} {
+		if x == &p.XTPTarget && info.Headers&wire.HasXTPTarget == 0 || x == &p.XTPController && info.Headers&wire.HasXTPController == 0 {
+			continue
+		}
+		for i := range x.GID {
+			x.GID[i] = byte(rng.Uint32())
+		}
+		x.Resv, x.QPN, x.Ctx = uint8(rng.Uint32()), rng.Uint32()&wire.PSNMask, wire.Ctx(rng.Uint32())
+	}
 }
 
 // TestRoundTrip encodes every opcode over IPv4 (with and without options)
@@ -175,7 +218,7 @@ func TestRoundTrip(t *testing.T) {
 						t.Fatalf("%v: ICRC %#x, reference %#x", op, want.ICRC, got)
 					}
 					var got wire.Packet
-					if err := got.Decode(frame); err != nil {
+					if err := got.DecodeWith(frame, wire.AcceptOOO); err != nil {
 						t.Fatalf("%v v6=%v vlan=%v opts=%d n=%d: Decode: %v\n%x", op, l3.v6, vlan, l3.opts, n, err, frame)
 					}
 					if !bytes.Equal(want.Payload, got.Payload) {

@@ -67,6 +67,16 @@ func goldenFrames(tb testing.TB) []capturedFrame {
 // udpDst returns the UDP destination port of an Ethernet (802.1Q-tagged or
 // not) IPv4 or IPv6 frame carrying UDP, or -1.
 func udpDst(d []byte) int {
+	off := udpOff(d)
+	if off < 0 || len(d) < off+4 {
+		return -1
+	}
+	return int(binary.BigEndian.Uint16(d[off+2:]))
+}
+
+// udpOff returns the offset of the UDP header of an Ethernet (802.1Q-tagged
+// or not) IPv4 or IPv6 frame carrying UDP, or -1.
+func udpOff(d []byte) int {
 	if len(d) < 14 {
 		return -1
 	}
@@ -82,10 +92,7 @@ func udpDst(d []byte) int {
 	default:
 		return -1
 	}
-	if len(d) < off+4 {
-		return -1
-	}
-	return int(binary.BigEndian.Uint16(d[off+2:]))
+	return off
 }
 
 // builtFrames encodes every opcode with several payload lengths over IPv4,
@@ -114,23 +121,48 @@ func builtFrames(t *testing.T) []capturedFrame {
 
 var cmpPacket = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
-// checkWritable decodes frame with Decode and with DecodeWritable and fails
-// unless both give the same error and the same Packet (slices aliasing the
-// same bytes), and frame is left as it was. It returns Decode's error.
+// checkWritable decodes frame with Decode and with DecodeWritable, and with
+// both under AcceptOOO, and fails unless each pair gives the same error and
+// the same Packet (slices aliasing the same bytes), frame is left as it was,
+// and AcceptOOO changes nothing but the verdict on the OOO opcodes, which
+// Decode alone refuses as unknown. It returns the AcceptOOO error.
 func checkWritable(t *testing.T, name string, frame []byte) error {
+	t.Helper()
+	std := checkWritableWith(t, name, frame, 0)
+	err := checkWritableWith(t, name+" AcceptOOO", frame, wire.AcceptOOO)
+	ooo := false
+	if off := udpOff(frame); off >= 0 && len(frame) > off+8 {
+		ooo = frame[off+8]&0xE0 == 0xC0 && wire.Opcode(frame[off+8]).Known()
+	}
+	if std != err && (!ooo || !errors.Is(std, wire.ErrUnknownOpcode)) {
+		t.Fatalf("%s: Decode: %v, with AcceptOOO: %v", name, std, err)
+	}
+	if ooo && std == nil {
+		t.Fatalf("%s: an OOO frame decodes without AcceptOOO", name)
+	}
+	return err
+}
+
+func checkWritableWith(t *testing.T, name string, frame []byte, flags wire.DecodeFlags) error {
 	t.Helper()
 	orig := bytes.Clone(frame)
 	var p, q wire.Packet
-	perr := p.Decode(frame)
+	perr := p.DecodeWith(frame, flags)
 	if !bytes.Equal(frame, orig) {
 		t.Fatalf("%s: Decode changed the frame", name)
 	}
-	qerr := q.DecodeWritable(frame)
+	qerr := q.DecodeWith(frame, flags|wire.InPlace)
 	if !bytes.Equal(frame, orig) {
 		t.Fatalf("%s: DecodeWritable left the frame changed\n got %x\nwant %x", name, frame, orig)
 	}
 	if perr != qerr {
 		t.Fatalf("%s: Decode: %v, DecodeWritable: %v", name, perr, qerr)
+	}
+	if flags == 0 {
+		var r, w wire.Packet
+		if rerr, werr := r.Decode(frame), w.DecodeWritable(frame); rerr != perr || werr != perr {
+			t.Fatalf("%s: DecodeWith(0) %v, Decode %v, DecodeWritable %v", name, perr, rerr, werr)
+		}
 	}
 	if perr != nil && !errors.Is(perr, wire.ErrBadICRC) && !errors.Is(perr, wire.ErrBadChecksum) {
 		return perr // p undefined: nothing more to compare
@@ -164,7 +196,7 @@ func TestDecodeWritableMatchesDecode(t *testing.T) {
 				continue
 			}
 			var p wire.Packet
-			_ = p.Decode(f.data)
+			_ = p.DecodeWith(f.data, wire.AcceptOOO)
 			switch {
 			case p.IPv6 && p.HasVLAN:
 				kinds["ipv6+vlan"]++
@@ -188,7 +220,7 @@ func TestDecodeWritableMatchesDecode(t *testing.T) {
 	var v6, vlan int
 	for _, f := range sets["golden"] {
 		var p wire.Packet
-		if err := p.DecodeWritable(f.data); err != nil {
+		if err := p.DecodeWith(f.data, wire.AcceptOOO|wire.InPlace); err != nil {
 			t.Fatalf("golden %v: %v", f, err)
 		}
 		if p.IPv6 {

@@ -1,0 +1,21 @@
+package wire
+
+// DecodeFlags select what DecodeWith does beyond Decode.
+type DecodeFlags uint8
+
+// Decode flags.
+const (
+	// InPlace hashes the ICRC in the frame, as DecodeWritable.
+	InPlace DecodeFlags = 1 << iota
+	// AcceptOOO accepts the OOO opcodes (Transport OOO, 0xC0..0xC4,
+	// docs/ooo-wire.md) and checks their rules. Without it they are
+	// ErrUnknownOpcode, as any other opcode this package does not know, so
+	// a receiver that did not negotiate OOO mode drops them as malformed.
+	AcceptOOO
+)
+
+// DecodeWith is Decode (flags 0) or DecodeWritable (InPlace), widened by
+// AcceptOOO. It does not allocate and does not panic on any input.
+func (p *Packet) DecodeWith(frame []byte, flags DecodeFlags) error {
+	return p.decode(frame, flags)
+}
