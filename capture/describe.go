@@ -53,6 +53,7 @@ type Record struct {
 	AtomicAck *AtomicAckRecord `json:"atomic_ack_eth,omitempty"`
 	ImmDt     *uint32          `json:"imm_dt,omitempty"`
 	IETH      *uint32          `json:"ieth_rkey,omitempty"` // R_Key to invalidate
+	OOO       *OOORecord       `json:"ooo,omitempty"`       // the OOO headers (OOO opcodes only)
 
 	PayloadLen int `json:"payload_len"`
 	// Payload is what a registered PayloadDescriber recognised in the
@@ -198,7 +199,9 @@ func describeFrame(r *Record, p *wire.Packet, data []byte) {
 		return
 	}
 	r.RoCE = true
-	err := p.Decode(data)
+	// A capture shows every frame: the OOO opcodes too, which a receiver
+	// accepts only once OOO mode is negotiated.
+	err := p.DecodeWith(data, wire.AcceptOOO)
 	switch {
 	case err == nil, errors.Is(err, wire.ErrBadICRC), errors.Is(err, wire.ErrBadChecksum):
 	default:
@@ -262,6 +265,9 @@ func fillRecord(r *Record, p *wire.Packet) {
 	if h&wire.HasIETH != 0 {
 		v := p.IETH
 		r.IETH = &v
+	}
+	if h&wire.HasXRH != 0 {
+		r.OOO = describeOOO(p, h)
 	}
 	r.PayloadLen = len(p.Payload)
 	if len(p.Payload) > 0 {

@@ -156,6 +156,13 @@ func TestDescribeJSON(t *testing.T) {
 		"ud_send":   {`"deth":{"qkey":286331153,"src_qpn":19}`},
 		"rc_send":   {`"imm_dt":305419896`, `"ieth_rkey":195939070`},
 		"vlan":      {`"vlan_tci":24676`},
+		"ooo-frames": {
+			`"ooo":{"ctx":"0x000101/k3","ctx_id":257,"ctx_key":3,"tid":7,"total":4096,"initiator":"0x000202/k5","initiator_id":514,"notify":"initiator","seg":1024,"tag":3735928559,"index":2,"offset":2048,"len":1024}`,
+			`"ooo":{"ctx":"0x000202/k5","ctx_id":514,"ctx_key":5,"tid":7,"total":4096,"initiator":"0x000101/k3","initiator_id":257,"notify":"initiator","tag":3735928559,"status":"ok"}`,
+			`"sink_va":"0x00007f3a5d000000","sink_rkey":464367618}`,
+			`"target":{"gid":"198.51.100.3","qpn":19,"ctx":"0x000301/k2"},"controller":{"gid":"198.51.100.1","qpn":17,"ctx":"0x000204/k5"}}`,
+			`"reth":{"va":"0x00007f3a5c001800","rkey":1522786775,"dma_len":1024}`,
+		},
 	} {
 		var all strings.Builder
 		for _, f := range goldenFrameBytes(t, name) {
@@ -356,7 +363,33 @@ func TestFilter(t *testing.T) {
 			t.Errorf("filter %q matches %d frames, want %d", tt.expr, got, tt.want)
 		}
 	}
-	for _, bad := range []string{"qpn", "qpn=", "qpn=x", "qpn=0x1000000", "op=[", "dir=up", "bogus", "and nak", "nak and", "nak nak", "ip=300.1.1.1", "roce=1", "not"} {
+	// The OOO frames: one of each opcode.
+	ooo := len(recs)
+	for _, f := range goldenFrameBytes(t, "ooo-frames") {
+		recs = append(recs, describeBytes(f))
+	}
+	for _, tt := range []struct {
+		expr string
+		want int
+	}{
+		{"ooo", 5},
+		{"op=OOO_*", 5},
+		{"op=0xc2", 1},
+		{"op=OOO_3P_*", 2},
+		{"ooo and op=*READ*", 2},
+		{"tid=7", 2},     // the OOO_WRITE and its completion
+		{"ctx=0x101", 2}, // the OOO_WRITE's context, and the completion's initiator
+		{"ctx=0x000202 and tid=7", 2},
+		{"ctx=257, not op=OOO_COMPLETION", 1},
+		{"ooo and qpn=0x11", 2},
+		{"not ooo", ooo - 1}, // every RoCE frame above but the OOO ones
+	} {
+		if got := count(tt.expr); got != tt.want {
+			t.Errorf("filter %q matches %d frames, want %d", tt.expr, got, tt.want)
+		}
+	}
+	for _, bad := range []string{"qpn", "qpn=", "qpn=x", "qpn=0x1000000", "op=[", "dir=up", "bogus", "and nak", "nak and", "nak nak", "ip=300.1.1.1", "roce=1", "not",
+		"ooo=1", "ctx", "ctx=0x1000000", "tid=", "tid=0x100000000", "tid=-1"} {
 		if _, err := ParseFilter(bad); err == nil {
 			t.Errorf("ParseFilter(%q) succeeded", bad)
 		}
@@ -364,7 +397,7 @@ func TestFilter(t *testing.T) {
 }
 
 func FuzzDescribe(f *testing.F) {
-	for _, name := range []string{"rc_send", "rc_atomic", "ud_send", "ipv6", "vlan"} {
+	for _, name := range []string{"rc_send", "rc_atomic", "ud_send", "ipv6", "vlan", "ooo-frames"} {
 		for _, b := range goldenFrameBytes(f, name) {
 			f.Add(b)
 		}
@@ -405,5 +438,30 @@ func TestDescribeSnapped(t *testing.T) {
 	}
 	if rec := Describe(&Frame{Data: frame, OrigLen: len(frame), LinkType: LinkTypeEthernet}); rec.OrigLen != 0 || rec.Bad() {
 		t.Errorf("whole frame: %+v", rec)
+	}
+}
+
+// TestDescribeOOOBad: an OOO frame whose headers disagree (the RETH length
+// is not the payload's) is shown with its opcode and the reason, and fails
+// --verify; so is one whose ICRC is wrong.
+func TestDescribeOOOBad(t *testing.T) {
+	frame := bytes.Clone(goldenFrameBytes(t, "ooo-frames")[0]) // OOO_WRITE, 1024 bytes
+	const reth = 14 + 20 + 8 + 12
+	binary.BigEndian.PutUint32(frame[reth+12:], 1000)
+	if err := wire.SetICRC(frame); err != nil {
+		t.Fatal(err)
+	}
+	rec := describeBytes(frame)
+	if !rec.Bad() || rec.BTH == nil || rec.BTH.Opcode != "OOO_WRITE" || !strings.Contains(rec.Error, "decode ooo: payload length differs from the RETH DMA length") {
+		t.Errorf("inconsistent OOO_WRITE: %s", rec)
+	}
+	if s := rec.String(); !strings.Contains(s, "OOO_WRITE qpn 0x000012 psn 0x000002 decode error: wire: decode ooo:") {
+		t.Errorf("text: %s", s)
+	}
+	frame = bytes.Clone(goldenFrameBytes(t, "ooo-frames")[1]) // OOO_COMPLETION
+	frame[len(frame)-1] ^= 1
+	if rec := describeBytes(frame); !rec.Bad() || rec.OOO == nil || rec.ICRC == nil || rec.ICRC.OK ||
+		!strings.Contains(rec.String(), "OOO_COMPLETION qpn 0x000011 ctx=0x000202/k5 tid=7 total=4096 status=ok") {
+		t.Errorf("OOO_COMPLETION with a bad ICRC: %s", rec)
 	}
 }

@@ -18,6 +18,10 @@ const FilterHelp = `A filter is a list of terms that must all match, separated b
                   (op=RC_SEND_ONLY, op=rc_rdma_write_*, op=*READ*), or by number (op=0x0c)
   ack | nak | rnr an AETH of that type: ack = positive ACK, nak = NAK or RNR NAK,
                   rnr = RNR NAK only
+  ooo             an OOO frame (opcodes 0xC0..0xC4: OOO_WRITE, OOO_READ_REQ,
+                  OOO_COMPLETION, OOO_3P_*; also op=OOO_*)
+  ctx=N           OOO context id (24 bits, either side: the frame's or its initiator's)
+  tid=N           OOO transaction id
   bad             a RoCE frame that does not decode or has a bad ICRC
   dir=in|out      the direction recorded in the capture
   ip=ADDR         source or destination IP address; src=ADDR, dst=ADDR for one side
@@ -124,6 +128,23 @@ func parseTerm(w string) (func(*Record) bool, error) {
 	switch key {
 	case "roce":
 		return func(r *Record) bool { return r.RoCE }, noVal()
+	case "ooo":
+		return func(r *Record) bool { return r.OOO != nil }, noVal()
+	case "ctx", "tid":
+		if err := needVal(); err != nil {
+			return nil, err
+		}
+		n, err := strconv.ParseUint(val, 0, 32)
+		if err != nil || key == "ctx" && n > 0xFFFFFF {
+			return nil, fmt.Errorf("want a %s number (decimal or 0x hex)", map[string]string{"ctx": "24-bit", "tid": "32-bit"}[key])
+		}
+		v := uint32(n)
+		if key == "tid" {
+			return func(r *Record) bool { return r.OOO != nil && r.OOO.TID == v }, nil
+		}
+		return func(r *Record) bool {
+			return r.OOO != nil && (r.OOO.CtxID == v || r.OOO.InitiatorID == v)
+		}, nil
 	case "bad":
 		return func(r *Record) bool { return r.Bad() }, noVal()
 	case "ack", "nak", "rnr":
@@ -202,7 +223,7 @@ func parseTerm(w string) (func(*Record) bool, error) {
 		}
 		return func(r *Record) bool { return src(r) || dst(r) }, nil
 	}
-	return nil, errors.New("unknown term (want roce, qpn=, psn=, op=, ack, nak, rnr, bad, dir=, ip=, src=, dst=)")
+	return nil, errors.New("unknown term (want roce, qpn=, psn=, op=, ack, nak, rnr, ooo, ctx=, tid=, bad, dir=, ip=, src=, dst=)")
 }
 
 // addrOf returns the address of "a.b.c.d:port", "[v6]:port" or a bare address.

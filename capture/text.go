@@ -10,7 +10,10 @@ import (
 //	4 10:00:00.000003000 in 192.0.2.11:49441 → 192.0.2.12:4791 RC_ACKNOWLEDGE qpn 0x000011 psn 0xc829ba aeth NAK remote access error msn 1 icrc ok
 //
 // Times are UTC. Extension headers follow the BTH in wire order: deth, reth,
-// atomic, aeth, orig (AtomicAckETH), imm, inv_rkey; then the payload length,
+// atomic, aeth, orig (AtomicAckETH), imm, inv_rkey; an OOO frame shows its
+// OOO headers instead of psn and reth, as key=value pairs (see appendOOO:
+// "OOO_WRITE qpn 0x000012 ctx=0x000101/k3 tid=7 idx=2 off=512 len=16
+// total=528 …"), its payload as len=; then the payload length,
 // what a payload describer recognised in brackets, and the ICRC verdict
 // ("icrc ok" or "icrc BAD 0x… want 0x…"). A frame that is not RoCE prints its
 // Summary; one that does not decode prints "decode error: …".
@@ -54,8 +57,10 @@ func (r *Record) AppendText(b []byte) []byte {
 		b = append(b, h.Opcode...)
 		b = append(b, " qpn "...)
 		b = appendHex(b, uint64(h.DestQPN), 6)
-		b = append(b, " psn "...)
-		b = appendHex(b, uint64(h.PSN), 6)
+		if r.OOO == nil { // an OOO packet's PSN is its index, printed as idx=
+			b = append(b, " psn "...)
+			b = appendHex(b, uint64(h.PSN), 6)
+		}
 		if h.AckReq {
 			b = append(b, " ackreq"...)
 		}
@@ -87,7 +92,9 @@ func (r *Record) AppendText(b []byte) []byte {
 		b = append(b, " srcqp "...)
 		b = appendHex(b, uint64(d.SrcQPN), 6)
 	}
-	if x := r.RETH; x != nil {
+	if r.OOO != nil {
+		b = appendOOO(b, r)
+	} else if x := r.RETH; x != nil {
 		b = append(b, " reth va "...)
 		b = append(b, x.VA...)
 		b = append(b, " rkey "...)
@@ -134,7 +141,7 @@ func (r *Record) AppendText(b []byte) []byte {
 		b = append(b, " inv_rkey "...)
 		b = appendHex(b, uint64(*r.IETH), 8)
 	}
-	if r.PayloadLen > 0 || r.AETH == nil && r.AtomicETH == nil && r.RETH == nil {
+	if r.OOO == nil && (r.PayloadLen > 0 || r.AETH == nil && r.AtomicETH == nil && r.RETH == nil) {
 		b = append(b, " payload "...)
 		b = strconv.AppendInt(b, int64(r.PayloadLen), 10)
 	}

@@ -158,7 +158,7 @@ const goldenDir = "../../testdata/pcaps"
 // TestDumpText: dump of a golden capture prints exactly the dump stored
 // beside it, whatever the order of flags and file.
 func TestDumpText(t *testing.T) {
-	for _, name := range []string{"rc_send", "rc_ack_nak", "rc_atomic", "ud_send", "ipv6", "vlan"} {
+	for _, name := range []string{"rc_send", "rc_ack_nak", "rc_atomic", "ud_send", "ipv6", "vlan", "ooo-frames"} {
 		want, err := os.ReadFile(filepath.Join(goldenDir, name+".txt"))
 		if err != nil {
 			t.Fatal(err)
@@ -190,6 +190,31 @@ func TestDumpFilter(t *testing.T) {
 	for i, w := range want {
 		if !strings.Contains(lines[i], "aeth NAK "+w) {
 			t.Errorf("line %d = %q, want NAK %s", i, lines[i], w)
+		}
+	}
+	// The OOO opcodes by term, by name and by their headers' fields.
+	oooPath := filepath.Join(goldenDir, "ooo-frames.pcapng")
+	for _, c := range []struct {
+		filter string
+		want   []string
+	}{
+		{"ooo", []string{"OOO_WRITE", "OOO_COMPLETION", "OOO_READ_REQ", "OOO_3P_READ_REQ", "OOO_3P_WRITE"}},
+		{"op=ooo_3p_*", []string{"OOO_3P_READ_REQ", "OOO_3P_WRITE"}},
+		{"tid=7 and not op=OOO_WRITE", []string{"OOO_COMPLETION qpn 0x000011 ctx=0x000202/k5 tid=7 total=4096 status=ok"}},
+		{"ctx=0x000101 and op=OOO_WRITE", []string{"OOO_WRITE qpn 0x000012 ctx=0x000101/k3 tid=7 idx=2 off=2048 len=1024 total=4096"}},
+	} {
+		out, _, err := run(t, "dump", "--verify", oooPath, "--filter", c.filter)
+		if err != nil {
+			t.Fatalf("--filter %q: %v", c.filter, err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != len(c.want) {
+			t.Fatalf("--filter %q printed %d lines:\n%s", c.filter, len(lines), out)
+		}
+		for i, w := range c.want {
+			if !strings.Contains(lines[i], " "+w+" ") {
+				t.Errorf("--filter %q line %d = %q, want %q", c.filter, i, lines[i], w)
+			}
 		}
 	}
 	// Non-RoCE frames are printed without a filter and skipped with one.
