@@ -6,7 +6,7 @@
 // pcap and pcapng files (format detected by the magic number). Describe turns
 // a frame into a Record: the decoded RoCEv2 headers (opcode, QPN, PSN, RETH,
 // AETH with its syndrome explained, atomic fields, DETH, immediate data,
-// ICRC verdict) with a one-line text form and a stable JSON form (schema
+// the OOO headers of docs/ooo-wire.md, ICRC verdict) with a one-line text form and a stable JSON form (schema
 // SchemaVersion); it is what `xdproce dump` prints, and ParseFilter is its
 // --filter. RegisterPayloadDescriber lets higher layers (the enlargement
 // layer's control messages) name the payloads they recognise.
