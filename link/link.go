@@ -71,8 +71,9 @@ type Props struct {
 	// matches what is sent.
 	SrcPort uint16
 	// SyntheticHeaders reports that the Ethernet and IP headers of received
-	// frames are rebuilt by the link (the IPv4 Identification is unknown and
-	// set to 0), so an ICRC mismatch may come from the IP ID alone.
+	// frames are rebuilt by the link: fields the ICRC does not cover (MAC
+	// addresses, TTL, TOS) are not the sender's. The link restores what the
+	// ICRC covers (link/udp recovers the IPv4 Identification from the ICRC).
 	SyntheticHeaders bool
 }
 

@@ -148,10 +148,6 @@ type Stats struct {
 	DropMalformed  uint64 // did not decode (truncated, bad lengths, unknown opcode, ...)
 	DropNotRoCE    uint64 // not UDP/4791
 	DropUnknownQPN uint64 // no queue pair with the destination QPN
-	// ICRCIDRepaired counts frames accepted on a link with synthetic headers
-	// whose ICRC matched only with another IPv4 Identification (see the
-	// package documentation).
-	ICRCIDRepaired uint64
 	TxNoBuffer     uint64 // a queue pair asked for a transmit buffer and none was free
 	TxErrors       uint64 // link Send failures (frames may be lost; the protocol retransmits)
 	RxErrors       uint64 // link Receive failures
@@ -253,7 +249,7 @@ type qpEntry struct {
 type statCounters struct {
 	rxFrames, rxBytes, txFrames, txBytes                    atomic.Uint64
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN atomic.Uint64
-	icrcRepaired, txNoBuffer, txErrors, rxErrors            atomic.Uint64
+	txNoBuffer, txErrors, rxErrors                          atomic.Uint64
 	rounds, wakeups, naps                                   atomic.Uint64
 	delivered, txSent, txLost                               atomic.Uint64
 }
@@ -400,8 +396,8 @@ func (d *Device) Stats() Stats {
 		TxFrames: s.txFrames.Load(), TxBytes: s.txBytes.Load(),
 		DropBadICRC: s.dropBadICRC.Load(), DropMalformed: s.dropMalformed.Load(),
 		DropNotRoCE: s.dropNotRoCE.Load(), DropUnknownQPN: s.dropUnknownQPN.Load(),
-		ICRCIDRepaired: s.icrcRepaired.Load(), TxNoBuffer: s.txNoBuffer.Load(),
-		TxErrors: s.txErrors.Load(), RxErrors: s.rxErrors.Load(),
+		TxNoBuffer: s.txNoBuffer.Load(),
+		TxErrors:   s.txErrors.Load(), RxErrors: s.rxErrors.Load(),
 		Rounds: s.rounds.Load(), Wakeups: s.wakeups.Load(), Naps: s.naps.Load(),
 	}
 	d.mu.Lock()

@@ -61,13 +61,13 @@
 // # ICRC over link/udp
 //
 // Kernel UDP sockets hide the received IPv4 header, so link/udp rebuilds it
-// with Identification 0 (Props.SyntheticHeaders). The ICRC covers that field:
-// a frame from a peer that sent a non-zero IP ID fails the ICRC check although
-// it is intact. On such links the engine accepts an ICRC mismatch only if some
-// 16-bit IP ID value explains it exactly (the CRC is linear, so that is a
-// small linear-algebra test, not a search); such frames are counted in
-// Stats.ICRCIDRepaired. The weakness: a corrupted frame passes if its
-// corruption happens to look like an ID change (about 1 in 65536 random
-// corruptions); UDP's own checksum, when the peer sets one, is checked by the
-// kernel first.
+// (Props.SyntheticHeaders). The ICRC covers the IPv4 Identification, which a
+// peer such as rxe sets to a counter: link/udp solves for the Identification
+// that makes the ICRC right (wire.RecoverIPv4ID; the CRC is linear, so that
+// is a small linear-algebra test, not a search), writes it into the frame and
+// counts it (udp.Stats.RxIPIDRecovered). The engine checks every frame's ICRC
+// the same way on every link and drops a mismatch (Stats.DropBadICRC). The
+// weakness: over link/udp a corrupted frame passes if its corruption happens
+// to look like an ID change (about 1 in 65536 random corruptions); UDP's own
+// checksum, when the peer sets one, is checked by the kernel first.
 package roce

@@ -12,9 +12,8 @@ import (
 // engine is the progress goroutine's state. Everything here is owned by that
 // goroutine.
 type engine struct {
-	d         *Device
-	l         link.Link
-	synthetic bool
+	d *Device
+	l link.Link
 
 	rx  [][]byte
 	pkt wire.Packet
@@ -29,9 +28,8 @@ type engine struct {
 	rxFrames, rxBytes                                       uint64
 	delivered                                               uint64 // frames handed to a queue pair
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN uint64
-	icrcRepaired, rxErrors                                  uint64
+	rxErrors                                                uint64
 	naps                                                    uint64
-	repair                                                  icrcRepair
 }
 
 // Timeout of one Wait when transmit buffers ran out: the link frees them as
@@ -40,14 +38,13 @@ const starvedWait = 50 * time.Microsecond
 
 func newEngine(d *Device) *engine {
 	e := &engine{
-		d:         d,
-		l:         d.l,
-		synthetic: d.props.SyntheticHeaders,
-		rx:        make([][]byte, d.opts.RxBatch),
-		work:      make([]*qpEntry, 0, 64),
-		again:     make([]*qpEntry, 0, 64),
-		ready:     make([]*qpEntry, 0, 64),
-		timers:    make(timerHeap, 0, 64),
+		d:      d,
+		l:      d.l,
+		rx:     make([][]byte, d.opts.RxBatch),
+		work:   make([]*qpEntry, 0, 64),
+		again:  make([]*qpEntry, 0, 64),
+		ready:  make([]*qpEntry, 0, 64),
+		timers: make(timerHeap, 0, 64),
 	}
 	e.tx.init(d.l, 64)
 	return e
@@ -211,7 +208,10 @@ func (e *engine) schedule(q *qpEntry) {
 // input decodes one received frame and hands it to its queue pair. The frame
 // is the engine's until the next Receive and nobody else reads it meanwhile
 // (capture.Wrap has written it out inside Receive), so DecodeWritable may
-// hash it in place; it leaves the frame byte-identical, as icrcRepair needs.
+// hash it in place (it leaves the frame byte-identical). A frame with a bad
+// ICRC is dropped and counted: links that rebuild headers
+// (link.Props.SyntheticHeaders) put the sender's IPv4 Identification back
+// themselves (link/udp recovers it from the ICRC).
 func (e *engine) input(frame []byte, now int64) {
 	e.rxFrames++
 	e.rxBytes += uint64(len(frame))
@@ -219,11 +219,8 @@ func (e *engine) input(frame []byte, now int64) {
 	if err := p.DecodeWritable(frame); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrBadICRC):
-			if !e.synthetic || p.IPv6 || !e.repair.explains(frame, p) {
-				e.dropBadICRC++
-				return
-			}
-			e.icrcRepaired++
+			e.dropBadICRC++
+			return
 		case errors.Is(err, wire.ErrNotRoCE):
 			e.dropNotRoCE++
 			return
@@ -266,17 +263,16 @@ func (e *engine) publish() {
 		s.txLost.Add(e.tx.lost)
 		e.tx.sent, e.tx.lost = 0, 0
 	}
-	if e.dropBadICRC|e.dropMalformed|e.dropNotRoCE|e.dropUnknownQPN|e.icrcRepaired|e.rxErrors|e.tx.noBuf|e.tx.sendErrs != 0 {
+	if e.dropBadICRC|e.dropMalformed|e.dropNotRoCE|e.dropUnknownQPN|e.rxErrors|e.tx.noBuf|e.tx.sendErrs != 0 {
 		s.dropBadICRC.Add(e.dropBadICRC)
 		s.dropMalformed.Add(e.dropMalformed)
 		s.dropNotRoCE.Add(e.dropNotRoCE)
 		s.dropUnknownQPN.Add(e.dropUnknownQPN)
-		s.icrcRepaired.Add(e.icrcRepaired)
 		s.rxErrors.Add(e.rxErrors)
 		s.txNoBuffer.Add(e.tx.noBuf)
 		s.txErrors.Add(e.tx.sendErrs)
 		e.dropBadICRC, e.dropMalformed, e.dropNotRoCE, e.dropUnknownQPN = 0, 0, 0, 0
-		e.icrcRepaired, e.rxErrors, e.tx.noBuf, e.tx.sendErrs = 0, 0, 0, 0
+		e.rxErrors, e.tx.noBuf, e.tx.sendErrs = 0, 0, 0
 	}
 }
 

@@ -188,7 +188,6 @@ func (d *Device) Snapshot(perQP bool) *Snapshot {
 		add(name, t.value(name))
 	}
 	add("icrc_errors", s.dropBadICRC.Load())
-	add("icrc_id_repaired", s.icrcRepaired.Load())
 	add("malformed", s.dropMalformed.Load())
 	add("not_roce", s.dropNotRoCE.Load())
 	add("unknown_qpn", s.dropUnknownQPN.Load())

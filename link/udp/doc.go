@@ -16,9 +16,12 @@
 // each payload, so that the engine sees a whole frame: zero MAC addresses;
 // IPv4 with ID 0, DF, TTL 64, TOS 0 and a valid checksum (or IPv6 with
 // traffic class 0, flow label 0, hop limit 64); UDP from the sender's port to
-// 4791 with checksum 0. Props.SyntheticHeaders is set: the sender's real
-// IPv4 ID is not known, so a frame from a sender that does not use ID 0 fails
-// the ICRC check.
+// 4791 with checksum 0. Props.SyntheticHeaders is set. The kernel hides the
+// sender's IPv4 Identification, which the ICRC covers (rxe sends a counter):
+// Receive solves for the Identification that makes the ICRC right
+// (wire.RecoverIPv4ID) and writes it into the frame, so the frame is the one
+// sent (Stats.RxIPIDRecovered counts non-zero ones). A frame that no
+// Identification explains keeps 0 and fails the engine's ICRC check.
 //
 // The socket is bound to Config.Addr (all addresses, dual-stack, when unset)
 // and port 4791 by default; frames go to their destination IP at

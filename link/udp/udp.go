@@ -670,7 +670,7 @@ func (l *Link) frame(i int) ([]byte, bool) {
 		ip[10], ip[11] = 0, 0
 		copy(ip[12:16], src[12:])
 		copy(ip[16:20], dst[12:])
-		binary.BigEndian.PutUint16(ip[10:], ipv4Checksum(ip))
+		binary.BigEndian.PutUint16(ip[10:], wire.IPv4Checksum(ip))
 		putUDP(f[34:42], sport, n)
 		// The kernel hid the sender's Identification, which the ICRC
 		// covers: recover it from the ICRC (rxe sends a counter, we and
@@ -743,17 +743,6 @@ func (l *Link) destination(i int, dst *[16]byte, v4 bool) bool {
 		return true
 	}
 	return false
-}
-
-func ipv4Checksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for s>>16 != 0 {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
 
 // Wait blocks until a datagram can be received, Wake is called, the link is

@@ -614,6 +614,6 @@ func checksumFold(s uint64) uint16 {
 
 // IPv4Checksum returns the header checksum to store in an IPv4 header whose
 // checksum field (bytes 10..11) is zero; over a header with a correct checksum
-// it returns 0. Links that rebuild headers (link.Props.SyntheticHeaders) use
-// it to produce frames Decode accepts.
+// it returns 0. link/udp, which rebuilds the headers of received frames, uses
+// it so that Decode accepts them.
 func IPv4Checksum(header []byte) uint16 { return ipv4Checksum(header) }
