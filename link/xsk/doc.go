@@ -5,6 +5,9 @@
 // (Device); frames reach a socket only once an XDP program redirects them into
 // its XSKMAP slot — package bpf does that for RoCEv2 (bpf.Attach(ifname,
 // localIPs, dev.FDs(), nil)); this package does not import bpf.
+// Device.Link makes the device's sockets one link.Link: the socket itself, or
+// for several queues a MultiQueue, which receives from every socket in turn,
+// sends through the first, and waits on all of them (a link.Napper too).
 //
 // UMEM and rings: the UMEM is anonymous mmap'd memory split into 4 KiB chunks,
 // half for receiving (all on the fill ring at start), half for sending. The
