@@ -125,28 +125,14 @@ func (m *MultiQueue) retryTimeout(timeout time.Duration) time.Duration {
 	return timeout
 }
 
-// poll waits in ppoll for fds, whose last one is the wake eventfd, and
-// drains the eventfd.
+// poll waits in ppoll for fds, whose last one is the wake eventfd.
 func (m *MultiQueue) poll(fds []unix.PollFd, timeout time.Duration) error {
 	var ts *unix.Timespec
 	if timeout >= 0 {
 		m.ts = unix.NsecToTimespec(int64(timeout))
 		ts = &m.ts
 	}
-	for i := range fds {
-		fds[i].Revents = 0
-	}
-	_, err := unix.Ppoll(fds, ts, nil)
-	if fds[len(fds)-1].Revents&unix.POLLIN != 0 {
-		unix.Read(m.efd, m.drain[:])
-	}
-	if m.closed.Load() {
-		return link.ErrClosed
-	}
-	if err != nil && err != unix.EINTR {
-		return os.NewSyscallError("ppoll", err)
-	}
-	return nil
+	return ppollWake(fds, ts, m.efd, m.drain[:], &m.closed)
 }
 
 // Wake makes a concurrent or the next Wait or Nap return at once. Safe for

@@ -2,6 +2,7 @@ package xsk
 
 import (
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,14 +36,21 @@ func (s *Socket) Wait(timeout time.Duration) error {
 // poll waits in ppoll for fds (the socket and the wake eventfd, or the
 // eventfd alone) and drains the eventfd.
 func (s *Socket) poll(fds []unix.PollFd, ts *unix.Timespec) error {
+	return ppollWake(fds, ts, s.efd, s.drain[:], &s.closed)
+}
+
+// ppollWake waits in ppoll for fds, whose last entry is the wake eventfd
+// efd, and drains efd when it was readable. It returns link.ErrClosed when
+// closed is set by then.
+func ppollWake(fds []unix.PollFd, ts *unix.Timespec, efd int, drain []byte, closed *atomic.Bool) error {
 	for i := range fds {
 		fds[i].Revents = 0
 	}
 	_, err := unix.Ppoll(fds, ts, nil)
-	if s.pollFDs[1].Revents&unix.POLLIN != 0 {
-		unix.Read(s.efd, s.drain[:])
+	if fds[len(fds)-1].Revents&unix.POLLIN != 0 {
+		unix.Read(efd, drain)
 	}
-	if s.closed.Load() {
+	if closed.Load() {
 		return link.ErrClosed
 	}
 	if err != nil && err != unix.EINTR {
