@@ -22,6 +22,10 @@ vet:
 	$(GO) vet $(PKGS)
 	$(GO) build $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	GOOS=darwin $(GO) vet $(PKGS)
+	GOOS=freebsd $(GO) vet $(PKGS)
+	GOOS=darwin $(GO) build $(PKGS)
+	GOOS=freebsd $(GO) build $(PKGS)
 
 # unit + privileged tests (privileged ones skip when not root unless XDPROCE_REQUIRE_PRIV=1),
 # the interop suite on its own (its QEMU guest needs a core: running it beside the other

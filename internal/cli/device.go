@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/internal/stat"
 	"github.com/xdproce/xdproce/roce"
@@ -194,16 +192,6 @@ func withPermissionHint(err error) error {
 		}
 	}
 	return err
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 // progressBar draws "[=====>    ]  45%  28.8/64.0 MiB  2.31 Gb/s  ETA 0:02"

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/link/xsk"
 	"github.com/xdproce/xdproce/roce"
@@ -234,34 +233,6 @@ func gidTable(mac [6]byte, addrs []netip.Addr) []netip.Addr {
 		add(a)
 	}
 	return gids
-}
-
-func driverName(ifname string) string {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return ""
-	}
-	defer unix.Close(fd)
-	di, err := unix.IoctlGetEthtoolDrvinfo(fd, ifname)
-	if err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(di.Driver[:])
-}
-
-// probeAFXDPSocket opens (and closes) an AF_XDP socket.
-func probeAFXDPSocket() (bool, string) {
-	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	switch {
-	case err == nil:
-		unix.Close(fd)
-		return true, ""
-	case errors.Is(err, unix.EAFNOSUPPORT):
-		return false, "the kernel has no AF_XDP (CONFIG_XDP_SOCKETS)"
-	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
-		return false, "AF_XDP sockets need CAP_NET_RAW"
-	}
-	return false, "AF_XDP socket: " + err.Error()
 }
 
 // probeAFXDP loads the steering program and binds an AF_XDP socket on the

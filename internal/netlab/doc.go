@@ -13,5 +13,6 @@
 // Setting up uses iproute2 (`ip`) and ethtool; running code inside a namespace
 // uses setns(2) on a locked OS thread (NS.Do). It needs root (CAP_SYS_ADMIN for
 // namespaces, CAP_NET_ADMIN, CAP_NET_RAW for the relay). The root namespace is
-// never touched.
+// never touched. Linux only: elsewhere the package builds, but entering a
+// namespace (NS.Do) and starting a relay fail.
 package netlab

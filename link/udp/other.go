@@ -5,32 +5,11 @@ package udp
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"runtime"
 	"time"
 
 	"github.com/xdproce/xdproce/link"
 )
-
-// Port is the RoCEv2 UDP port.
-const Port = 4791
-
-// Config describes a UDP link (see the Linux documentation).
-type Config struct {
-	Addr         netip.Addr
-	Port         int
-	RemotePort   uint16
-	MTU          int
-	Batch        int
-	TxBuffers    int
-	SocketBuffer int
-}
-
-// Stats counts what a Link did.
-type Stats struct {
-	RxFrames, RxTruncated, RxInvalid         uint64
-	TxFrames, TxDropped, TxErrors, TxInvalid uint64
-}
 
 // A Link is a RoCEv2 link over a kernel UDP socket (Linux only).
 type Link struct{}

@@ -45,7 +45,8 @@
 // closed a moment ago is released asynchronously — is retried for up to two
 // seconds.
 //
-// Kernel and privileges: Linux 5.4+ (need_wakeup), 6.6+ for multi-buffer;
+// Kernel and privileges: the package is Linux only (elsewhere it has just
+// QueueCount, which reports link.ErrNotSupported). Linux 5.4+ (need_wakeup), 6.6+ for multi-buffer;
 // CAP_NET_RAW to create the socket and CAP_NET_ADMIN/CAP_BPF for the XDP
 // program that feeds it (or root). The UMEM is pinned memory: before Linux
 // 5.11, or under a memory cgroup limit, raise RLIMIT_MEMLOCK or grant

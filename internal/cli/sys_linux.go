@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"errors"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// driverName is the interface's driver as ethtool reports it; "" if unknown.
+func driverName(ifname string) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return ""
+	}
+	defer unix.Close(fd)
+	di, err := unix.IoctlGetEthtoolDrvinfo(fd, ifname)
+	if err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(di.Driver[:])
+}
+
+// probeAFXDPSocket opens (and closes) an AF_XDP socket.
+func probeAFXDPSocket() (bool, string) {
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	switch {
+	case err == nil:
+		unix.Close(fd)
+		return true, ""
+	case errors.Is(err, unix.EAFNOSUPPORT):
+		return false, "the kernel has no AF_XDP (CONFIG_XDP_SOCKETS)"
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
+		return false, "AF_XDP sockets need CAP_NET_RAW"
+	}
+	return false, "AF_XDP socket: " + err.Error()
+}

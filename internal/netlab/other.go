@@ -1,0 +1,18 @@
+//go:build !linux
+
+package netlab
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Do needs Linux network namespaces (setns(2)); elsewhere it fails.
+func (n *NS) Do(fn func() error) error {
+	return fmt.Errorf("netlab: enter namespace %s: network namespaces need Linux, not %s", n.Name, runtime.GOOS)
+}
+
+// openPacket needs Linux (AF_PACKET); elsewhere the relay cannot start.
+func openPacket(ifindex int) (int, error) {
+	return -1, fmt.Errorf("AF_PACKET needs Linux, not %s", runtime.GOOS)
+}

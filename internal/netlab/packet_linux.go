@@ -1,0 +1,30 @@
+package netlab
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// openPacket opens a non-blocking AF_PACKET socket that receives every frame
+// arriving on the interface (not those it sends) and sends on it.
+func openPacket(ifindex int) (int, error) {
+	proto := htons(unix.ETH_P_ALL)
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(proto))
+	if err != nil {
+		return -1, fmt.Errorf("socket(AF_PACKET): %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("setsockopt(PACKET_IGNORE_OUTGOING): %w", err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifindex}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind(AF_PACKET): %w", err)
+	}
+	return fd, nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
