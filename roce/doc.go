@@ -42,8 +42,8 @@
 // otherwise kernel UDP sockets (link/udp); Device.LinkName and Device.LinkReason
 // say which and why. Under AF_XDP there is one socket per rx queue (the
 // steering program redirects a frame to the socket of the queue it arrived
-// on); one engine serves them all, receiving from each in turn and sending
-// through the first. Over UDP, Open binds port 4791 (Options.UDPPort) on
+// on); one engine serves them all through one link (xsk.MultiQueue), which
+// receives from each in turn and sends through the first. Over UDP, Open binds port 4791 (Options.UDPPort) on
 // all addresses of the namespace, so one such device per namespace and port.
 // One process at a time receives RoCE on an interface: when another holds it
 // (its XDP program would take the frames, or it has UDP port 4791 there), Open
