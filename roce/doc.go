@@ -39,24 +39,25 @@
 //
 // Open chooses the link: AF_XDP (link/xsk with the XDP steering program of
 // package bpf) when the process is privileged and the interface supports it,
-// otherwise kernel UDP sockets (link/udp); Device.LinkName and Device.LinkReason
-// say which and why. Under AF_XDP there is one socket per rx queue (the
-// steering program redirects a frame to the socket of the queue it arrived
-// on); one engine serves them all through one link (xsk.MultiQueue), which
-// receives from each in turn and sends through the first. Over UDP, Open binds port 4791 (Options.UDPPort) on
-// all addresses of the namespace, so one such device per namespace and port.
-// One process at a time receives RoCE on an interface: when another holds it
-// (its XDP program would take the frames, or it has UDP port 4791 there), Open
-// fails at once with a *HeldError naming the process and what it holds,
-// instead of opening a link that could not receive. The GID table follows rxe: index 0 is the fe80:: address
-// made from the MAC (EUI-64), present even when IPv6 is disabled; index 1 is the
-// first IPv4 address as ::ffff:a.b.c.d; then the other addresses. Destination
-// MACs come from the kernel neighbour table through netlink; when an entry is
-// missing, the device triggers resolution by sending one UDP datagram to the
-// discard port (9) of the next hop through the kernel, which makes the kernel
-// send ARP or neighbour solicitation, and polls the table until the entry is
-// usable (NeighborTimeout). Over link/udp and link/pipe MACs are not needed and
-// are left zero.
+// otherwise kernel UDP sockets (link/udp); Device.LinkName and
+// Device.LinkReason say which and why. Under AF_XDP there is one socket per
+// rx queue (the steering program redirects a frame to the socket of the queue
+// it arrived on); one engine serves them all through one link
+// (xsk.MultiQueue), which receives from each in turn and sends through the
+// first. Over UDP, Open binds port 4791 (Options.UDPPort) on all addresses of
+// the namespace, so one such device per namespace and port. One process at a
+// time receives RoCE on an interface: when another holds it (its XDP program
+// would take the frames, or it has UDP port 4791 there), Open fails at once
+// with a *HeldError naming the process and what it holds, instead of opening
+// a link that could not receive. The GID table follows rxe: index 0 is the
+// fe80:: address made from the MAC (EUI-64), present even when IPv6 is
+// disabled; index 1 is the first IPv4 address as ::ffff:a.b.c.d; then the
+// other addresses. Destination MACs come from the kernel neighbour table
+// through netlink; when an entry is missing, the device triggers resolution
+// by sending one UDP datagram to the discard port (9) of the next hop through
+// the kernel, which makes the kernel send ARP or neighbour solicitation, and
+// polls the table until the entry is usable (NeighborTimeout). Over link/udp
+// and link/pipe MACs are not needed and are left zero.
 //
 // # ICRC over link/udp
 //
