@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"time"
 )
@@ -17,20 +16,12 @@ import (
 // xdproce's control protocol, between two xdproce processes.
 //
 // A connection carries frames: a 4-byte big-endian length, then that many bytes of one JSON
-// object, a Message (at most MaxFrame bytes). The client's first frame is a hello
-// {"type":"hello","proto":"xdproce-cm","version":1}; the server answers with its own hello, or
-// with an error frame and closes when the name or version differs (ErrVersionMismatch on both
-// sides). After that the client sends requests (type "request", an Op and an ID) and the server
+// object, a Message (at most MaxFrame bytes). The first frames are the hello and the
+// authentication (hello.go, auth.go). After that the client sends requests (type "request", an Op and an ID) and the server
 // answers each with a "reply" or an "error" carrying the same ID. Either side may send
 // "event" frames (progress, done) that are not answers. Unknown fields are ignored, so a
 // version may add fields; a change that an older peer would misread takes a new
 // ProtocolVersion.
-
-// ProtocolName and ProtocolVersion are what the hello frames carry.
-const (
-	ProtocolName    = "xdproce-cm"
-	ProtocolVersion = 1
-)
 
 // MaxFrame is the largest frame either side accepts.
 const MaxFrame = 1 << 20
@@ -77,6 +68,12 @@ type Message struct {
 
 	// Anything else an operation needs, as text.
 	Params map[string]string `json:"params,omitempty"`
+
+	// The hello's capability exchange and authentication (hello.go, auth.go).
+	Caps  []string `json:"caps,omitempty"`  // capabilities the sender has
+	Auth  string   `json:"auth,omitempty"`  // server hello: how it authenticates clients
+	Nonce string   `json:"nonce,omitempty"` // hex, fresh per hello
+	MAC   string   `json:"mac,omitempty"`   // hex HMAC proving the pre-shared key
 }
 
 // QPInfo describes one queue pair.
@@ -102,6 +99,7 @@ type Conn struct {
 	nextID  uint64
 	rbuf    []byte
 	timeout time.Duration
+	peer    []string // the peer's capabilities, from its hello
 }
 
 func newConn(nc net.Conn, timeout time.Duration) *Conn {
@@ -278,58 +276,4 @@ func (c *Conn) ReplyError(ctx context.Context, req *Message, err error) error {
 		m.ID, m.Op = req.ID, req.Op
 	}
 	return c.Send(ctx, m)
-}
-
-// clientHello runs the client side of the hello exchange. Its errors, and serverHello's, do
-// not begin with "cm: ": Dial and Accept add it with the peer's address.
-func (c *Conn) clientHello(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	if err := c.send(ctx, &Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion}, TypeHello); err != nil {
-		return err
-	}
-	m, err := c.recv(ctx)
-	if err == io.EOF {
-		return fmt.Errorf("hello: %w: %v closed the connection (not an xdproce server?)", ErrProtocol, c.nc.RemoteAddr())
-	}
-	if err != nil {
-		return fmt.Errorf("hello: %w", err)
-	}
-	return checkHello(m, "server")
-}
-
-// serverHello runs the server side: it reads the client's hello and answers it, or sends an
-// error frame and returns the error.
-func (c *Conn) serverHello(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	m, err := c.recv(ctx)
-	if err == io.EOF {
-		return fmt.Errorf("hello: %w: %v closed the connection before its hello", ErrProtocol, c.nc.RemoteAddr())
-	}
-	if err != nil {
-		return fmt.Errorf("hello: %w", err)
-	}
-	if err := checkHello(m, "client"); err != nil {
-		c.send(ctx, &Message{Type: TypeError, Error: err.Error()}, TypeError)
-		return err
-	}
-	return c.send(ctx, &Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion}, TypeHello)
-}
-
-func checkHello(m *Message, peer string) error {
-	if m.Type == TypeError {
-		// The server refused our hello; keep its reason, and the sentinel when it says why.
-		if strings.Contains(strings.ToLower(m.Error), ErrVersionMismatch.Error()) {
-			return fmt.Errorf("hello: %w (%s says: %s)", ErrVersionMismatch, peer, m.Error)
-		}
-		return fmt.Errorf("hello: %w: %s", ErrRemote, m.Error)
-	}
-	if m.Type != TypeHello || m.Proto != ProtocolName {
-		return fmt.Errorf("hello: %w: the %s is not an xdproce control endpoint (got type %q proto %q)", ErrProtocol, peer, m.Type, m.Proto)
-	}
-	if m.Version != ProtocolVersion {
-		return fmt.Errorf("hello: %w: this side speaks version %d, the %s %d", ErrVersionMismatch, ProtocolVersion, peer, m.Version)
-	}
-	return nil
 }

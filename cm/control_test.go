@@ -57,7 +57,7 @@ func serveEcho(t *testing.T, l *Listener) <-chan error {
 }
 
 func TestControlRequestReply(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", nil)
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestControlWireFormat(t *testing.T) {
 	if _, err := io.ReadFull(b, body); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := string(body), `{"type":"hello","proto":"xdproce-cm","version":1}`; got != want {
+	if got, want := string(body), `{"type":"hello","proto":"xdproce-cm","version":2}`; got != want {
 		t.Errorf("hello frame %s, want %s", got, want)
 	}
 }
@@ -124,7 +124,7 @@ func TestControlRetryUntilServerStarts(t *testing.T) {
 	probe.Close()
 	go func() {
 		time.Sleep(400 * time.Millisecond)
-		l, err := Listen(addr, nil)
+		l, err := Listen(addr, &Config{Insecure: true})
 		if err != nil {
 			t.Error(err)
 			return
@@ -205,39 +205,6 @@ func frameOf(t *testing.T, m any) []byte {
 	return append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)
 }
 
-func TestControlVersionMismatch(t *testing.T) {
-	// A newer server.
-	addr := fakeServer(t, frameOf(t, Message{Type: TypeHello, Proto: ProtocolName, Version: ProtocolVersion + 1}))
-	_, err := Dial(context.Background(), addr, &Config{Retry: -1})
-	if !errors.Is(err, ErrVersionMismatch) || !strings.Contains(err.Error(), "version 1, the server 2") {
-		t.Errorf("newer server: %v", err)
-	}
-	// A newer client against our server: both sides see the mismatch.
-	l, err := Listen("127.0.0.1:0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan error, 1)
-	go func() { _, err := l.Accept(context.Background()); accepted <- err }()
-	nc, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.Write(frameOf(t, Message{Type: TypeHello, Proto: ProtocolName, Version: 9}))
-	m, err := newConn(nc, 0).Recv(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cerr := checkHello(m, "server"); !errors.Is(cerr, ErrVersionMismatch) {
-		t.Errorf("client side: %v (frame %+v)", cerr, m)
-	}
-	if err := <-accepted; !errors.Is(err, ErrVersionMismatch) {
-		t.Errorf("server side: %v", err)
-	}
-}
-
 func TestControlNotXdproce(t *testing.T) {
 	for name, frame := range map[string][]byte{
 		"http":       []byte("HTTP/1.1 400 Bad Request\r\n\r\n"),
@@ -256,7 +223,7 @@ func TestControlNotXdproce(t *testing.T) {
 }
 
 func TestControlTLS(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", &Config{TLS: &TLSConfig{}})
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true, TLS: &TLSConfig{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +262,7 @@ func TestControlTLS(t *testing.T) {
 		t.Errorf("unpinned: %v", err)
 	}
 	// TLS client, plain server.
-	plain, err := Listen("127.0.0.1:0", nil)
+	plain, err := Listen("127.0.0.1:0", &Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,10 +271,10 @@ func TestControlTLS(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--tls") {
 		t.Errorf("tls client, plain server: %v", err)
 	}
-	// Plain client, TLS server.
+	// Plain client, TLS server: told to use TLS, with the fingerprint to pin.
 	_, err = Dial(context.Background(), l.Addr().String(), &Config{Retry: -1, Timeout: 2 * time.Second})
-	if err == nil {
-		t.Error("plain client talked to a TLS server")
+	if !errors.Is(err, ErrTLSRequired) || !strings.Contains(err.Error(), "server requires TLS (--tls-fingerprint "+fp+")") {
+		t.Errorf("plain client, TLS server: %v", err)
 	}
 	if _, err := normFingerprint("abc"); err == nil {
 		t.Error("short fingerprint accepted")
@@ -321,7 +288,7 @@ func TestControlTLSFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Listen("127.0.0.1:0", &Config{TLS: &TLSConfig{CertFile: cert, KeyFile: key}})
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true, TLS: &TLSConfig{CertFile: cert, KeyFile: key}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,16 +306,16 @@ func TestControlTLSFiles(t *testing.T) {
 	if _, err := Dial(context.Background(), l.Addr().String(), &Config{Retry: -1, TLS: &TLSConfig{CAFile: cert, ServerName: "other"}}); err == nil {
 		t.Error("certificate accepted for the wrong name")
 	}
-	if _, err := Listen("127.0.0.1:0", &Config{TLS: &TLSConfig{CertFile: cert}}); err == nil {
+	if _, err := Listen("127.0.0.1:0", &Config{Insecure: true, TLS: &TLSConfig{CertFile: cert}}); err == nil {
 		t.Error("certificate without key accepted")
 	}
-	if _, err := Listen("127.0.0.1:0", &Config{TLS: &TLSConfig{CertFile: key, KeyFile: cert}}); err == nil {
+	if _, err := Listen("127.0.0.1:0", &Config{Insecure: true, TLS: &TLSConfig{CertFile: key, KeyFile: cert}}); err == nil {
 		t.Error("swapped files accepted")
 	}
 }
 
 func TestControlContext(t *testing.T) {
-	l, err := Listen("127.0.0.1:0", nil)
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +345,7 @@ func TestControlOwnMessages(t *testing.T) {
 		Kind string `json:"kind"`
 		Off  int64  `json:"off"`
 	}
-	l, err := Listen("127.0.0.1:0", nil)
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,16 @@ type Config struct {
 	Timeout time.Duration
 	// TLS, when set, runs the control connection over TLS.
 	TLS *TLSConfig
+	// PSK, when set, authenticates both ends with this pre-shared key (auth.go; at least
+	// MinPSK bytes, LoadPSK reads one from a file). A client with a key refuses a server
+	// without one, and the other way round.
+	PSK []byte
+	// Insecure lets Listen accept clients it cannot authenticate (no PSK and no
+	// TLS.ClientCAFile); without it such a Listen fails with ErrNoAuth.
+	Insecure bool
+	// Require lists capabilities the peer must announce in its hello (Capabilities); one it
+	// lacks fails the hello with ErrCapability on both sides.
+	Require []string
 }
 
 func (c *Config) orDefault() Config {
@@ -83,7 +93,7 @@ func Dial(ctx context.Context, addr string, cfg *Config) (*Conn, error) {
 		nc, err := d.DialContext(actx, "tcp", addr)
 		cancel()
 		if err == nil {
-			conn, herr := handshakeClient(ctx, nc, tcfg, c.Timeout, addr)
+			conn, herr := handshakeClient(ctx, nc, tcfg, &c, addr)
 			if herr == nil {
 				return conn, nil
 			}
@@ -142,16 +152,17 @@ func retryableDial(err error) bool {
 // retryableHello: the connection broke during TLS or the hello (a server accepting before it
 // is ready); version and fingerprint mismatches and remote errors are final.
 func retryableHello(err error) bool {
-	if errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrFingerprintMismatch) || errors.Is(err, ErrRemote) {
+	if errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrFingerprintMismatch) || errors.Is(err, ErrRemote) ||
+		errors.Is(err, ErrAuth) || errors.Is(err, ErrCapability) || errors.Is(err, ErrTLSRequired) {
 		return false
 	}
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, timeout time.Duration, addr string) (*Conn, error) {
+func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, cfg *Config, addr string) (*Conn, error) {
 	if tcfg != nil {
 		tc := tls.Client(nc, tcfg)
-		hctx, cancel := context.WithTimeout(ctx, timeout)
+		hctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
@@ -166,8 +177,8 @@ func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, timeout
 		}
 		nc = tc
 	}
-	conn := newConn(nc, timeout)
-	if err := conn.clientHello(ctx); err != nil {
+	conn := newConn(nc, cfg.Timeout)
+	if err := conn.clientHello(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("cm: %s: %w", addr, err)
 	}
 	return conn, nil
@@ -178,12 +189,16 @@ type Listener struct {
 	ln          net.Listener
 	tcfg        *tls.Config
 	fingerprint string
+	generated   bool
 	timeout     time.Duration
+	psk         []byte
+	require     []string
 }
 
-// Listen listens on addr (":18515" when empty; a bare host gets cfg's port). With cfg.TLS and
-// no certificate files it generates a self-signed certificate; Fingerprint gives the SHA-256
-// clients pin.
+// Listen listens on addr (":18515" when empty; a bare host gets cfg's port). It needs a way
+// to authenticate clients (cfg.PSK or cfg.TLS.ClientCAFile) or cfg.Insecure, else it fails
+// with ErrNoAuth. With cfg.TLS and no certificate files it uses a self-signed certificate (kept
+// in TLS.Dir when set); Fingerprint gives the SHA-256 clients pin.
 func Listen(addr string, cfg *Config) (*Listener, error) {
 	c := cfg.orDefault()
 	if addr == "" {
@@ -191,10 +206,16 @@ func Listen(addr string, cfg *Config) (*Listener, error) {
 	} else {
 		addr = withPort(addr, c.Port)
 	}
-	l := &Listener{timeout: c.Timeout}
+	if c.PSK != nil && len(c.PSK) < MinPSK {
+		return nil, fmt.Errorf("cm: listen: pre-shared key of %d bytes, want at least %d", len(c.PSK), MinPSK)
+	}
+	if c.PSK == nil && (c.TLS == nil || c.TLS.ClientCAFile == "") && !c.Insecure {
+		return nil, fmt.Errorf("cm: listen on %s: %w (set a pre-shared key or a TLS client CA, or Insecure)", addr, ErrNoAuth)
+	}
+	l := &Listener{timeout: c.Timeout, psk: c.PSK, require: c.Require}
 	if c.TLS != nil {
 		var err error
-		if l.tcfg, l.fingerprint, err = c.TLS.server(); err != nil {
+		if l.tcfg, l.fingerprint, l.generated, err = c.TLS.server(); err != nil {
 			return nil, err
 		}
 	}
@@ -211,6 +232,10 @@ func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 // Fingerprint is the SHA-256 of the server's TLS certificate as 64 hex digits ("" without TLS).
 func (l *Listener) Fingerprint() string { return l.fingerprint }
+
+// Generated reports whether Listen made a new self-signed certificate (none was given, and
+// TLS.Dir held none yet).
+func (l *Listener) Generated() bool { return l.generated }
 
 // Close stops listening; a blocked Accept returns net.ErrClosed.
 func (l *Listener) Close() error { return l.ln.Close() }
@@ -237,6 +262,10 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		return nil, fmt.Errorf("cm: accept: %w", err)
 	}
 	if l.tcfg != nil {
+		var plain bool
+		if nc, plain = l.peekTLS(ctx, nc); plain {
+			return nil, l.refusePlain(ctx, nc)
+		}
 		tc := tls.Server(nc, l.tcfg)
 		hctx, cancel := context.WithTimeout(ctx, l.timeout)
 		err := tc.HandshakeContext(hctx)
@@ -248,7 +277,7 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 		nc = tc
 	}
 	conn := newConn(nc, l.timeout)
-	if err := conn.serverHello(ctx); err != nil {
+	if err := conn.serverHello(ctx, l); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("cm: client %v: %w", nc.RemoteAddr(), err)
 	}

@@ -12,3 +12,14 @@ var (
 	// ErrRemote: the peer answered a request with an error message (the text follows).
 	ErrRemote = errors.New("peer reported an error")
 )
+
+var (
+	// ErrAuth: authentication failed (a missing or wrong pre-shared key or client certificate).
+	ErrAuth = errors.New("authentication failed")
+	// ErrCapability: the peer lacks a capability this side needs (an older xdproce).
+	ErrCapability = errors.New("missing capability")
+	// ErrTLSRequired: the server runs TLS and this client spoke plain TCP.
+	ErrTLSRequired = errors.New("server requires TLS")
+	// ErrNoAuth: Listen without a way to authenticate clients and without Insecure.
+	ErrNoAuth = errors.New("no client authentication")
+)

@@ -1,6 +1,8 @@
 package cm
 
 import (
+	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,6 +17,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -22,25 +25,41 @@ import (
 // TLSConfig configures TLS on a control connection.
 //
 // Server: CertFile and KeyFile (PEM) name its certificate and key; without them the server
-// generates a self-signed ECDSA P-256 certificate at start and clients pin its fingerprint
-// (Listener.Fingerprint, printed by `xdproce serve --tls`).
+// uses a self-signed ECDSA P-256 certificate and clients pin its fingerprint
+// (Listener.Fingerprint, printed by `xdproce serve --tls`). With Dir set, that certificate is
+// kept there (tls-cert.pem, tls-key.pem; made on first use) so its fingerprint stays the same
+// across restarts; without Dir a new one is made at each Listen. ClientCAFile (PEM) makes the
+// server require a client certificate signed by one of its CAs (mutual TLS).
 //
 // Client: Fingerprint pins the server certificate by its SHA-256 (64 hex digits, colons and
 // case ignored); otherwise CAFile (PEM) or the system roots verify it against ServerName (or
 // the host part of the address). A client with neither a fingerprint nor a CA cannot check a
-// self-signed server, and says so.
+// self-signed server, and says so. CertFile and KeyFile are the client's certificate, for
+// servers with a ClientCAFile.
 type TLSConfig struct {
 	CertFile, KeyFile string
 	CAFile            string
 	Fingerprint       string
 	ServerName        string
+	ClientCAFile      string
+	Dir               string
 }
+
+// Names of the files TLSConfig.Dir keeps the self-signed certificate in.
+const (
+	DirCertFile = "tls-cert.pem"
+	DirKeyFile  = "tls-key.pem"
+)
 
 // Fingerprint returns the SHA-256 of a DER certificate as 64 lower-case hex digits.
 func Fingerprint(der []byte) string {
 	s := sha256.Sum256(der)
 	return hex.EncodeToString(s[:])
 }
+
+// ParseFingerprint checks a SHA-256 fingerprint as users write it (64 hex digits, colons,
+// spaces, case and a "sha256:" prefix ignored) and returns its 64 lower-case hex digits.
+func ParseFingerprint(s string) (string, error) { return normFingerprint(s) }
 
 func normFingerprint(s string) (string, error) {
 	f := strings.ToLower(strings.NewReplacer(":", "", " ", "").Replace(strings.TrimPrefix(strings.TrimPrefix(s, "sha256:"), "SHA256:")))
@@ -55,6 +74,16 @@ func normFingerprint(s string) (string, error) {
 
 func (t *TLSConfig) client(addr string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS13, ServerName: t.ServerName}
+	switch {
+	case t.CertFile != "" && t.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cm: tls client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case t.CertFile != "" || t.KeyFile != "":
+		return nil, errors.New("cm: tls: a client certificate needs both --tls-cert and --tls-key")
+	}
 	if cfg.ServerName == "" {
 		if h, _, err := net.SplitHostPort(addr); err == nil {
 			cfg.ServerName = h
@@ -92,24 +121,96 @@ func (t *TLSConfig) client(addr string) (*tls.Config, error) {
 	return cfg, nil
 }
 
-func (t *TLSConfig) server() (*tls.Config, string, error) {
+// server returns the server's TLS configuration and certificate fingerprint; generated is
+// true when it made a new self-signed certificate.
+func (t *TLSConfig) server() (cfg *tls.Config, fp string, generated bool, err error) {
 	var cert tls.Certificate
-	var err error
 	switch {
 	case t.CertFile != "" && t.KeyFile != "":
 		cert, err = tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("cm: tls certificate: %w", err)
+			return nil, "", false, fmt.Errorf("cm: tls certificate: %w", err)
 		}
 	case t.CertFile != "" || t.KeyFile != "":
-		return nil, "", errors.New("cm: tls: a certificate needs both --tls-cert and --tls-key")
-	default:
-		cert, err = SelfSigned("xdproce")
-		if err != nil {
-			return nil, "", err
+		return nil, "", false, errors.New("cm: tls: a certificate needs both --tls-cert and --tls-key")
+	case t.Dir != "":
+		if cert, generated, err = dirCertificate(t.Dir); err != nil {
+			return nil, "", false, err
 		}
+	default:
+		if cert, err = SelfSigned("xdproce"); err != nil {
+			return nil, "", false, err
+		}
+		generated = true
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}, Fingerprint(cert.Certificate[0]), nil
+	cfg = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, "", false, fmt.Errorf("cm: tls client ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, "", false, fmt.Errorf("cm: tls client ca %s: no PEM certificate in it", t.ClientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, Fingerprint(cert.Certificate[0]), generated, nil
+}
+
+// dirCertificate loads the self-signed certificate kept in dir, making it (and dir, mode
+// 0700) when there is none yet.
+func dirCertificate(dir string) (cert tls.Certificate, generated bool, err error) {
+	cf, kf := filepath.Join(dir, DirCertFile), filepath.Join(dir, DirKeyFile)
+	_, cerr := os.Stat(cf)
+	_, kerr := os.Stat(kf)
+	if errors.Is(cerr, os.ErrNotExist) && errors.Is(kerr, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return cert, false, fmt.Errorf("cm: tls: %w", err)
+		}
+		if _, err := WriteSelfSigned("xdproce", cf, kf); err != nil {
+			return cert, false, err
+		}
+		generated = true
+	}
+	cert, err = tls.LoadX509KeyPair(cf, kf)
+	if err != nil {
+		return cert, false, fmt.Errorf("cm: tls certificate kept in %s: %w", dir, err)
+	}
+	return cert, generated, nil
+}
+
+// peekedConn is a connection whose first bytes were read ahead into r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// peekTLS looks at the first byte a client sent: a TLS handshake record starts with 22. plain
+// is true for anything else (a plain client's frame length starts with 0).
+func (l *Listener) peekTLS(ctx context.Context, nc net.Conn) (net.Conn, bool) {
+	pc := &peekedConn{Conn: nc, r: bufio.NewReader(nc)}
+	nc.SetReadDeadline(time.Now().Add(l.timeout))
+	stop := context.AfterFunc(ctx, func() { nc.SetReadDeadline(time.Unix(1, 0)) })
+	b, err := pc.r.Peek(1)
+	stop()
+	nc.SetReadDeadline(time.Time{})
+	return pc, err == nil && b[0] != 22
+}
+
+// refusePlain answers a plain-TCP client of a TLS server with one error frame that says what
+// to do, and closes the connection.
+func (l *Listener) refusePlain(ctx context.Context, nc net.Conn) error {
+	defer nc.Close()
+	c := newConn(nc, l.timeout)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if _, err := c.recv(ctx); err == nil {
+		c.sendMsg(ctx, &Message{Type: TypeError, Error: fmt.Sprintf("server requires TLS (--tls-fingerprint %s)", l.fingerprint)})
+	}
+	return fmt.Errorf("cm: client %v: %w: it spoke plain TCP (refused)", nc.RemoteAddr(), ErrTLSRequired)
 }
 
 // SelfSigned generates a self-signed ECDSA P-256 certificate for name, valid for a year.
