@@ -16,9 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
 // v1Hello is the hello of xdproce before the capability exchange, byte for byte.
@@ -118,32 +119,15 @@ func TestListenNeedsAuthentication(t *testing.T) {
 	}
 }
 
-// recorder is a TCP proxy to target that keeps every byte either way.
-type recorder struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.buf.Write(b)
-}
-
-func (r *recorder) bytes() []byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return bytes.Clone(r.buf.Bytes())
-}
-
-func proxy(t *testing.T, target string) (string, *recorder) {
+// proxy is a TCP proxy to target that keeps every byte either way.
+func proxy(t *testing.T, target string) (string, *testenv.Buffer) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	rec := &recorder{}
+	rec := &testenv.Buffer{}
 	go func() {
 		for {
 			a, err := ln.Accept()
@@ -181,7 +165,7 @@ func TestPSK(t *testing.T) {
 		t.Fatalf("call after authentication: %+v %v", r, err)
 	}
 	c.Close()
-	if w := rec.bytes(); bytes.Contains(w, key) || !bytes.Contains(w, []byte(`"auth":"psk"`)) || len(w) < 200 {
+	if w := rec.Bytes(); bytes.Contains(w, key) || !bytes.Contains(w, []byte(`"auth":"psk"`)) || len(w) < 200 {
 		t.Errorf("the wire (%d bytes) holds the key or no psk exchange: %q", len(w), w)
 	}
 

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,23 +80,8 @@ func TestPrivilegedDemoInterrupted(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer read while a process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is read while a process writes to it.
+type syncBuffer = testenv.Buffer
 
 // demoLeftovers lists what a demo process with that pid could leave behind:
 // its lab namespaces, its work directory and processes started with it.

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/roce"
@@ -44,7 +46,8 @@ func (r *Result) finish(start time.Time) {
 }
 
 // ValidName reports whether name may name a file on the server: a plain
-// file name, no directories, not "." or "..", not hidden.
+// file name, no directories, not "." or "..", not hidden, valid UTF-8
+// without control characters.
 func ValidName(name string) error {
 	switch {
 	case name == "":
@@ -56,9 +59,15 @@ func ValidName(name string) error {
 	case name[0] == '.':
 		return fmt.Errorf("file name %q: hidden names are refused", name)
 	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("file name %q: not UTF-8", name)
+	}
 	for _, c := range name {
-		if c == '/' || c == 0 || c == '\\' {
+		if c == '/' || c == '\\' {
 			return fmt.Errorf("file name %q: want a plain name without directories", name)
+		}
+		if unicode.IsControl(c) {
+			return fmt.Errorf("file name %q: control characters are refused", name)
 		}
 	}
 	return nil
@@ -88,7 +97,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 		return res, err
 	}
 	defer q.close()
-	req := &message{Type: msgPut, Version: ProtocolVersion, Name: name, Size: size, SlotSize: slotSize, Slots: slots}
+	req := &message{Type: msgPut, Version: ProtocolVersion, Name: name, Size: size, Force: o.Force, SlotSize: slotSize, Slots: slots}
 	q.endpoint(req)
 	if err := c.send(req); err != nil {
 		return res, err
@@ -126,6 +135,11 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 				}
 				free <- m.Slot
 			case msgOK, msgError:
+				if m.Type == msgError {
+					// The server's reason ends the transfer at once, and
+					// wins over what its going away does to the writes.
+					cancel(&RemoteError{Msg: m.Error})
+				}
 				final <- m
 				return
 			default:
@@ -268,6 +282,10 @@ func stagingSize(size int64, slotSize, slots int) (int, int) {
 // connection's failure, the peer's error) over err.
 func ctxErr(ctx context.Context, err error) error {
 	if cause := context.Cause(ctx); cause != nil {
+		var re *RemoteError
+		if errors.As(cause, &re) {
+			return cause
+		}
 		if errors.Is(cause, errPeerClosed) {
 			return fmt.Errorf("transfer interrupted: %w", cause)
 		}

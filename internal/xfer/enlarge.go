@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/xdproce/xdproce/enlarge"
@@ -206,7 +204,7 @@ func sendEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, d
 		return res, err
 	}
 	defer cc.close()
-	req := &message{Type: msgPutEnlarge, Version: ProtocolVersion, Name: name, Size: size, Channel: cc.info()}
+	req := &message{Type: msgPutEnlarge, Version: ProtocolVersion, Name: name, Size: size, Force: o.Force, Channel: cc.info()}
 	cc.endpoint(req)
 	if err := c.send(req); err != nil {
 		return res, err
@@ -237,6 +235,9 @@ func sendEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, d
 		}
 		switch m.Type {
 		case msgOK, msgError:
+			if m.Type == msgError {
+				cancel(&RemoteError{Msg: m.Error})
+			}
 			final <- m
 		default:
 			cancel(fmt.Errorf("control connection: unexpected %q during the transfer", m.Type))
@@ -312,12 +313,6 @@ func sendEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, d
 func (s *Server) servePutEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
 	o := s.Options.withDefaults()
 	res = Result{Name: req.Name, Size: req.Size, Link: s.Dev.LinkName(), Peer: req.Link, Op: OpEnlarge}
-	if err := ValidName(req.Name); err != nil {
-		return res, refuse(c, err)
-	}
-	if req.Size < 0 {
-		return res, refuse(c, fmt.Errorf("size %d", req.Size))
-	}
 	if req.Channel == nil {
 		return res, refuse(c, errors.New("enlargement channel: no channel in the request"))
 	}
@@ -328,18 +323,11 @@ func (s *Server) servePutEnlarge(ctx context.Context, cancel context.CancelCause
 	if need, limit := channelBytes(cfg), o.SlotSize*o.Slots; need > limit {
 		return res, refuse(c, fmt.Errorf("enlargement channel: its buffers would take %d bytes, over this server's limit of %d", need, limit))
 	}
-	dst := filepath.Join(s.Dir, req.Name)
-	tmp, err := createTemp(dst)
+	tmp, cleanup, err := s.startReceive(c, req)
 	if err != nil {
-		return res, refuse(c, err)
+		return res, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer cleanup()
 	cc, err := newChanConn(s.Dev, cfg, o.Connect, c.c.LocalAddr())
 	if err != nil {
 		return res, refuse(c, err)
@@ -398,7 +386,7 @@ func (s *Server) servePutEnlarge(ctx context.Context, cancel context.CancelCause
 		if next+int64(n) > req.Size {
 			return res, refuse(c, fmt.Errorf("more than the %d bytes announced", req.Size))
 		}
-		if err := appendSlot(tmp, h, buf[:n], next); err != nil {
+		if err := appendSlot(tmp.File, h, buf[:n], next); err != nil {
 			return res, refuse(c, err)
 		}
 		next += int64(n)
@@ -416,10 +404,9 @@ func (s *Server) servePutEnlarge(ctx context.Context, cancel context.CancelCause
 	if m.SHA256 != res.SHA256 {
 		return res, refuse(c, fmt.Errorf("checksum mismatch: received sha256 %s, client sent %s", res.SHA256, m.SHA256))
 	}
-	if err := commit(tmp, dst); err != nil {
+	if err := tmp.commit(s.overwrite(req)); err != nil {
 		return res, refuse(c, err)
 	}
-	committed = true
 	res.finish(start)
 	res.Enlarge = cc.result(false)
 	return res, c.send(&message{Type: msgOK, SHA256: res.SHA256})

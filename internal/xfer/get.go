@@ -32,11 +32,9 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 	if err != nil {
 		return res, err
 	}
-	committed := false
 	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
+		if !tmp.committed {
+			tmp.discard()
 		}
 	}()
 
@@ -88,7 +86,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 		if wc.ID != uint64(p.slot) {
 			return fmt.Errorf("completion for slot %d, want %d", wc.ID, p.slot)
 		}
-		if err := appendSlot(tmp, h, q.slot(p.slot)[:p.n], p.off); err != nil {
+		if err := appendSlot(tmp.File, h, q.slot(p.slot)[:p.n], p.off); err != nil {
 			return err
 		}
 		done += int64(p.n)
@@ -151,10 +149,9 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 			}
 		}
 	}
-	if err := commit(tmp, dst); err != nil {
+	if err := tmp.commit(true); err != nil {
 		return res, err
 	}
-	committed = true
 	c.send(&message{Type: msgOK, SHA256: res.SHA256})
 	res.finish(start)
 	return res, nil
@@ -164,23 +161,6 @@ func appendSlot(f *os.File, h hash.Hash, b []byte, off int64) error {
 	h.Write(b)
 	if _, err := f.WriteAt(b, off); err != nil {
 		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	return nil
-}
-
-// commit syncs, closes and renames the temporary file to dst.
-func commit(tmp *os.File, dst string) error {
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("rename to %s: %w", dst, err)
 	}
 	return nil
 }

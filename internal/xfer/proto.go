@@ -37,6 +37,8 @@ type message struct {
 	Version int    `json:"version,omitempty"`
 	Name    string `json:"name,omitempty"`
 	Size    int64  `json:"size,omitempty"`
+	// Force (put): replace an existing file, if the server allows it.
+	Force bool `json:"force,omitempty"`
 
 	// Queue pair and path.
 	QPN     uint32 `json:"qpn,omitempty"`

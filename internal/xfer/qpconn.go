@@ -34,6 +34,9 @@ type Options struct {
 	// Progress, when set, is called with the bytes done so far and the
 	// total after each slot.
 	Progress func(done, total int64)
+	// Force asks the server to replace a file of the same name (Send; the
+	// server must allow it too, Server.Overwrite).
+	Force bool
 	// Log receives diagnostics (nil: none).
 	Log *slog.Logger
 	// Enlarge, when set, makes Send move the file through an enlargement

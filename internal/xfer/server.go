@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -32,6 +31,11 @@ type Server struct {
 	// buffer of Slots × SlotSize bytes); more are refused with "server
 	// busy". 0 means DefaultMaxConns.
 	MaxConns int
+	// Overwrite lets a client that asks for it (send --force) replace a
+	// file in Dir; otherwise a put of an existing name is refused.
+	Overwrite bool
+
+	root *os.Root // Dir, while Serve runs (store.go)
 }
 
 // DefaultMaxConns is Server.MaxConns when 0.
@@ -39,10 +43,17 @@ const DefaultMaxConns = 16
 
 // Serve accepts control connections on ln until ctx ends or ln fails, and
 // serves each in its own goroutine. It closes ln and waits for the
-// connections' goroutines before returning.
+// connections' goroutines before returning. Dir is opened as an os.Root
+// once: no request reaches outside it.
 func (s *Server) Serve(ctx context.Context, ln *cm.Listener) error {
 	o := s.Options.withDefaults()
 	defer ln.Close()
+	root, err := os.OpenRoot(s.Dir)
+	if err != nil {
+		return fmt.Errorf("served directory: %w", err)
+	}
+	s.root = root
+	defer func() { root.Close(); s.root = nil }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	limit := s.MaxConns
@@ -147,24 +158,11 @@ func (s *Server) limits(req *message) (slotSize, slots int) {
 func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
 	o := s.Options.withDefaults()
 	res = Result{Name: req.Name, Size: req.Size, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA WRITE"}
-	if err := ValidName(req.Name); err != nil {
-		return res, refuse(c, err)
-	}
-	if req.Size < 0 {
-		return res, refuse(c, fmt.Errorf("size %d", req.Size))
-	}
-	dst := filepath.Join(s.Dir, req.Name)
-	tmp, err := createTemp(dst)
+	tmp, cleanup, err := s.startReceive(c, req)
 	if err != nil {
-		return res, refuse(c, err)
+		return res, err
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer cleanup()
 	slotSize, slots := s.limits(req)
 	q, err := newQPConn(s.Dev, slotSize, slots, roce.LocalWrite|roce.RemoteWrite, c.c.LocalAddr())
 	if err != nil {
@@ -195,7 +193,7 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 			if m.Slot < 0 || m.Slot >= slots || m.Len <= 0 || m.Len > slotSize || m.Off != next || next+int64(m.Len) > req.Size {
 				return res, refuse(c, fmt.Errorf("bad data message (slot %d, %d bytes at %d)", m.Slot, m.Len, m.Off))
 			}
-			if err := appendSlot(tmp, h, q.slot(m.Slot)[:m.Len], m.Off); err != nil {
+			if err := appendSlot(tmp.File, h, q.slot(m.Slot)[:m.Len], m.Off); err != nil {
 				return res, refuse(c, err)
 			}
 			next += int64(m.Len)
@@ -210,10 +208,9 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 			if m.SHA256 != res.SHA256 {
 				return res, refuse(c, fmt.Errorf("checksum mismatch: received sha256 %s, client sent %s", res.SHA256, m.SHA256))
 			}
-			if err := commit(tmp, dst); err != nil {
+			if err := tmp.commit(s.overwrite(req)); err != nil {
 				return res, refuse(c, err)
 			}
-			committed = true
 			res.finish(start)
 			return res, c.send(&message{Type: msgOK, SHA256: res.SHA256})
 		default:
@@ -228,12 +225,14 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 	if err := ValidName(req.Name); err != nil {
 		return res, refuse(c, err)
 	}
-	f, err := os.Open(filepath.Join(s.Dir, req.Name))
+	root, release, err := s.dirRoot()
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return res, refuse(c, fmt.Errorf("no file %q", req.Name))
-		}
-		return res, refuse(c, fmt.Errorf("open %q: %w", req.Name, err))
+		return res, refuse(c, err)
+	}
+	defer release()
+	f, err := openServed(root, req.Name)
+	if err != nil {
+		return res, refuse(c, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()

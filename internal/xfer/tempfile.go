@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,7 +20,9 @@ import (
 // its start time (clock ticks since boot, field 22 of /proc/PID/stat), so that
 // the owner of a temporary file can be told even after its PID is reused.
 // A receiver that is killed cannot remove its file; RemoveStale, which
-// `xdproce serve` runs at start-up, removes the ones whose owner is gone.
+// `xdproce serve` runs at start-up and `xdproce get` in its target directory,
+// removes the ones whose owner is gone. Every name is opened beneath the
+// directory's os.Root: nothing outside it is created, renamed or removed.
 
 const (
 	tempPrefix = ".xdproce-"
@@ -36,18 +39,106 @@ var self = func() string {
 	return strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(start, 10)
 }()
 
-// createTemp creates the temporary file a download to dst is written to, in
-// dst's directory (so that the rename stays on one file system).
-func createTemp(dst string) (*os.File, error) {
+// tempFile is a file being received, named name inside root, to become dst.
+type tempFile struct {
+	*os.File
+	root      *os.Root
+	name      string
+	dst       string
+	ownRoot   bool // createTemp opened root for this file
+	committed bool // commit ran (and cleaned up after itself)
+}
+
+// createTemp creates the temporary file a download to the path dst is
+// written to, in dst's directory (so that the rename stays on one file
+// system). The caller closes the root with discard or commit.
+func createTemp(dst string) (*tempFile, error) {
 	dir, base := filepath.Split(dst)
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+tempPrefix+self+"-*"+tempSuffix)
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("create temporary file: %w", err)
 	}
-	return f, nil
+	t, err := createTempIn(root, base)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	t.ownRoot = true
+	return t, nil
+}
+
+// createTempIn creates the temporary file for dst (a name in root).
+func createTempIn(root *os.Root, dst string) (*tempFile, error) {
+	for range 100 {
+		name := "." + dst + tempPrefix + self + "-" + strconv.FormatUint(uint64(rand.Uint32()), 10) + tempSuffix
+		f, err := root.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create temporary file: %w", err)
+		}
+		return &tempFile{File: f, root: root, name: name, dst: dst}, nil
+	}
+	return nil, errors.New("create temporary file: 100 names taken")
+}
+
+// discard closes and removes the temporary file.
+func (t *tempFile) discard() {
+	t.Close()
+	t.root.Remove(t.name)
+	t.done()
+}
+
+func (t *tempFile) done() {
+	if t.ownRoot {
+		t.root.Close()
+	}
+}
+
+// ErrExists: the file to receive is already there and may not be replaced.
+var ErrExists = errors.New("file exists")
+
+// commit syncs and closes the temporary file and gives it its final name:
+// replacing a file already there when overwrite is set, else failing with
+// ErrExists (a hard link, which never replaces, then removing the temporary
+// name). On failure the temporary file is removed too.
+func (t *tempFile) commit(overwrite bool) (err error) {
+	t.committed = true
+	defer func() {
+		if err != nil {
+			t.Close()
+			t.root.Remove(t.name)
+		}
+		t.done()
+	}()
+	if err := t.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", t.name, err)
+	}
+	if err := t.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", t.name, err)
+	}
+	if err := t.root.Chmod(t.name, 0o644); err != nil {
+		return fmt.Errorf("chmod %s: %w", t.name, err)
+	}
+	if overwrite {
+		if err := t.root.Rename(t.name, t.dst); err != nil {
+			return fmt.Errorf("rename to %s: %w", t.dst, err)
+		}
+		return nil
+	}
+	err = t.root.Link(t.name, t.dst)
+	t.root.Remove(t.name)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%q: %w", t.dst, ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("link to %s: %w", t.dst, err)
+	}
+	return nil
 }
 
 // procStart returns the start time of process pid (clock ticks after boot).
@@ -122,7 +213,21 @@ func alive(pid int, start uint64) bool {
 // the names it removed; err reports the first failure (the others are still
 // tried).
 func RemoveStale(dir string) (removed []string, err error) {
-	ents, err := os.ReadDir(dir)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("remove stale temporary files: %w", err)
+	}
+	defer root.Close()
+	return removeStaleIn(root)
+}
+
+func removeStaleIn(root *os.Root) (removed []string, err error) {
+	d, err := root.Open(".")
+	if err != nil {
+		return nil, fmt.Errorf("remove stale temporary files: %w", err)
+	}
+	ents, err := d.ReadDir(-1)
+	d.Close()
 	if err != nil {
 		return nil, fmt.Errorf("remove stale temporary files: %w", err)
 	}
@@ -141,7 +246,7 @@ func RemoveStale(dir string) (removed []string, err error) {
 				continue
 			}
 		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+		if err := root.Remove(e.Name()); err != nil {
 			if first == nil && !errors.Is(err, fs.ErrNotExist) {
 				first = fmt.Errorf("remove stale temporary file: %w", err)
 			}

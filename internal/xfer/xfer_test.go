@@ -47,13 +47,20 @@ func newRig(t *testing.T, opts *Options) *rig {
 // newRigOn serves from device b; the client uses a.
 func newRigOn(t *testing.T, a, b *roce.Device, opts *Options) *rig {
 	t.Helper()
-	r := &rig{client: a, server: b, dir: t.TempDir(), srvErr: make(chan error, 16)}
-	ln, err := cm.Listen("127.0.0.2:0", nil)
+	return newRigServer(t, a, &Server{Dev: b, Dir: t.TempDir(), Options: opts}, &cm.Config{Insecure: true})
+}
+
+// newRigServer runs s (its Done is set here) behind a listener with cfg;
+// the client uses a.
+func newRigServer(t *testing.T, a *roce.Device, s *Server, cfg *cm.Config) *rig {
+	t.Helper()
+	r := &rig{client: a, server: s.Dev, dir: s.Dir, srvErr: make(chan error, 16)}
+	ln, err := cm.Listen("127.0.0.2:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.addr = ln.Addr().String()
-	s := &Server{Dev: b, Dir: r.dir, Options: opts, Done: func(op string, res Result, err error) { r.srvErr <- err }}
+	s.Done = func(op string, res Result, err error) { r.srvErr <- err }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Serve(ctx, ln); close(done) }()
@@ -221,7 +228,7 @@ func TestServerBusy(t *testing.T) {
 		t.Skip("see race_on_test.go")
 	}
 	a, b := loopDevices(t)
-	ln, err := cm.Listen("127.0.0.2:0", nil)
+	ln, err := cm.Listen("127.0.0.2:0", &cm.Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
