@@ -25,14 +25,19 @@ var benchCommand = &Command{
 	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N] [--iters N] [--qps N] [--json | --perftest] [--atomic-type OP]",
 	ShortHelp:  "measure RDMA bandwidth, message rate and latency against a peer (perftest's protocol)",
 	LongHelp: `Bench runs one perftest-style test between two xdproce processes: without
-HOST it is the server (it waits for the client on --port, runs one test and
-exits), with HOST the client, which drives the operations:
+HOST it is the server (it waits for the client on --port of the --dev
+interface only, runs one test and exits), with HOST the client, which drives
+the operations:
 
   write   RDMA WRITEs into the server's buffer       (ib_write_bw)
   read    RDMA READs from the server's buffer        (ib_read_bw)
   send    SENDs into the server's receive queue      (ib_send_bw)
   atomic  8-byte FETCH_AND_ADD (or --atomic-op cmp_swap) (ib_atomic_bw)
   lat     SEND ping-pong, half round trips           (ib_send_lat)
+
+That exchange carries queue pair numbers and rkeys unauthenticated, as
+perftest's does: bench is for benchmarks between hosts you control, not for
+exposing memory to untrusted networks.
 
 Both ends speak perftest 6.06's out-of-band exchange, so the peer may also be
 the perftest tool of the same test over rxe (ib_write_bw -R is not needed:
@@ -301,15 +306,14 @@ func (b *bench) client(ctx context.Context, host string, port int, retry time.Du
 }
 
 func (b *bench) server(ctx context.Context, port int) (benchResult, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+	ln, err := listenOnDev(ctx, b.dev.Name(), port)
 	if err != nil {
-		return benchResult{}, fmt.Errorf("listen: %w", err)
+		return benchResult{}, err
 	}
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	fmt.Fprintf(b.env.Stderr, "bench %s: waiting for %d connection(s) on port %d (%s over %s, path MTU %d)\n",
+	fmt.Fprintf(b.env.Stderr, "bench %s: waiting for %d connection(s) on port %d of %[4]s only (%[4]s over %s, path MTU %d)\n",
 		b.name, b.qps, port, b.dev.Name(), b.dev.LinkName(), b.dev.PathMTU().Bytes())
 	conns := make([]net.Conn, 0, b.qps)
 	defer func() {

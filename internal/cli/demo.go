@@ -101,6 +101,8 @@ type demo struct {
 	work    string // temporary directory
 	srcSum  string
 	cancel  context.CancelFunc // stops the run when stdout is gone
+	pskFile string             // the run's own pre-shared key, in work
+	psk     []byte
 }
 
 // say prints a line on stdout. When stdout is a closed pipe ('demo | head')
@@ -143,6 +145,12 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 	src := filepath.Join(work, "demo.bin")
 	if d.srcSum, err = writeRandom(src, d.size); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	// A key of its own for this run, in the run's directory: the server it
+	// starts authenticates its client like any other.
+	d.pskFile = filepath.Join(work, "psk")
+	if d.psk, err = cm.WritePSK(d.pskFile); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	if why := demoUnprivileged(); why != "" {
@@ -203,7 +211,7 @@ func (d *demo) lab(ctx context.Context, src string) (err error) {
 	sctx, stopServer := context.WithCancel(ctx)
 	defer stopServer()
 	server := srv.NS.Command(sctx, exe, "serve", "--dev", srv.Name, "--dir", outDir, "--link", linkArg,
-		"--listen", ctrlAddr, "--json")
+		"--listen", ctrlAddr, "--json", "--psk-file", d.pskFile)
 	var serverOut, serverErr bytes.Buffer
 	server.Stdout, server.Stderr = &serverOut, &serverErr
 	server.SysProcAttr = dieWithParent()
@@ -219,7 +227,8 @@ func (d *demo) lab(ctx context.Context, src string) (err error) {
 		<-serverDone
 	}()
 
-	sendArgs := []string{"send", "--dev", cli.Name, "--link", linkArg, "--name", "demo.bin", "--json", "--connect-timeout", "10s"}
+	sendArgs := []string{"send", "--dev", cli.Name, "--link", linkArg, "--name", "demo.bin", "--json", "--connect-timeout", "10s",
+		"--psk-file", d.pskFile}
 	var clientErr bytes.Buffer
 	clientStderr := io.Writer(&clientErr)
 	if isTerminal(d.env.Stderr) {
@@ -296,7 +305,7 @@ func (d *demo) loopback(ctx context.Context, src string) error {
 	if err := os.Mkdir(outDir, 0o755); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	ln, err := cm.Listen(netip.AddrPortFrom(xfer.LoopbackB, 0).String(), nil)
+	ln, err := cm.Listen(netip.AddrPortFrom(xfer.LoopbackB, 0).String(), &cm.Config{PSK: d.psk})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
@@ -305,7 +314,7 @@ func (d *demo) loopback(ctx context.Context, src string) error {
 	srv := &xfer.Server{Dev: b, Dir: outDir, Options: &xfer.Options{Log: d.env.Log}}
 	go func() { serverDone <- srv.Serve(sctx, ln) }()
 	defer func() { stop(); <-serverDone }()
-	conn, err := cm.Dial(ctx, ln.Addr().String(), &cm.Config{Retry: 5 * time.Second})
+	conn, err := cm.Dial(ctx, ln.Addr().String(), &cm.Config{Retry: 5 * time.Second, PSK: d.psk})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xdproce/xdproce/cm"
+
 	"github.com/xdproce/xdproce/internal/stat"
 	"github.com/xdproce/xdproce/roce"
 )
@@ -257,43 +257,4 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-}
-
-// tlsFlags are the control connection's TLS flags.
-type tlsFlags struct {
-	on              bool
-	cert, key       string // server
-	fingerprint, ca string // client
-	serverName      string // client
-	server          bool
-}
-
-func (t *tlsFlags) register(fs *flag.FlagSet, server bool) {
-	t.server = server
-	fs.BoolVar(&t.on, "tls", false, "run the control connection over TLS")
-	if server {
-		fs.StringVar(&t.cert, "tls-cert", "", "TLS certificate `FILE` (PEM); with --tls and none, a self-signed one is generated and its fingerprint printed")
-		fs.StringVar(&t.key, "tls-key", "", "TLS private key `FILE` (PEM)")
-		return
-	}
-	fs.StringVar(&t.fingerprint, "tls-fingerprint", "", "pin the server's certificate by its SHA-256 `HEX` (as 'xdproce serve --tls' prints it); implies --tls")
-	fs.StringVar(&t.ca, "tls-ca", "", "verify the server's certificate with the CA certificates in `FILE` (PEM); implies --tls")
-	fs.StringVar(&t.serverName, "tls-server-name", "", "`name` the server's certificate must carry (default: the host)")
-}
-
-// config returns the cm configuration, nil TLS when off.
-func (t *tlsFlags) config(cmd string) (*cm.TLSConfig, error) {
-	if t.fingerprint != "" || t.ca != "" {
-		t.on = true
-	}
-	if t.server && (t.cert == "") != (t.key == "") {
-		return nil, usageErrorf(cmd, "--tls-cert and --tls-key go together")
-	}
-	if t.server && t.cert != "" {
-		t.on = true
-	}
-	if !t.on {
-		return nil, nil
-	}
-	return &cm.TLSConfig{CertFile: t.cert, KeyFile: t.key, Fingerprint: t.fingerprint, CAFile: t.ca, ServerName: t.serverName}, nil
 }

@@ -257,7 +257,7 @@ func TestPrivilegedSendEnlargeUDP(t *testing.T) {
 		return ns.Command(context.Background(), "setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
 	}
 	s := &server{dir: dir, done: make(chan error, 1)}
-	s.cmd = asNobody(topo.A.NS, "serve", "--dev", topo.A.Name, "--dir", dir, "--link", "udp")
+	s.cmd = asNobody(topo.A.NS, "serve", "--dev", topo.A.Name, "--dir", dir, "--link", "udp", "--insecure")
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -20,10 +20,12 @@ var pingpongCommand = &Command{
 	ShortHelp:  "ping-pong SENDs with a peer as rdma-core's ibv_rc_pingpong does (its exchange, flags and output)",
 	LongHelp: `Pingpong is rdma-core's ibv_rc_pingpong on xdproce: one RC queue pair,
 SENDs of SIZE bytes bounced ITERS times each way. Without HOST it is the
-server (it waits for one client on TCP port -p, runs and exits), with HOST
-the client, which sends first. The out-of-band exchange is ibv_rc_pingpong's
-(one text address message each way and "done", TCP 18515), so the peer may be
-ibv_rc_pingpong itself over rxe or another xdproce.
+server (it waits for one client on TCP port -p of the --dev interface only,
+runs and exits), with HOST the client, which sends first. The out-of-band
+exchange is ibv_rc_pingpong's (one text address message each way and "done",
+TCP 18515), so the peer may be ibv_rc_pingpong itself over rxe or another
+xdproce. It carries queue pair numbers unauthenticated: pingpong is for tests
+between hosts you control, not for untrusted networks.
 
 The flags mean what ibv_rc_pingpong's do: -g the GID index (as 'xdproce info'
 lists the GIDs: 1 is the first IPv4 address; by default the GID of the
@@ -152,15 +154,14 @@ type pingpong struct {
 
 // accept waits for one client on port.
 func (p *pingpong) accept(ctx context.Context, port int) (net.Conn, error) {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+	ln, err := listenOnDev(ctx, p.dev.Name(), port)
 	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
+		return nil, err
 	}
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	fmt.Fprintf(p.env.Stderr, "pingpong: waiting for the client on port %d (%s over %s)\n", port, p.dev.Name(), p.dev.LinkName())
+	fmt.Fprintf(p.env.Stderr, "pingpong: waiting for the client on port %d of %s only (over %s)\n", port, p.dev.Name(), p.dev.LinkName())
 	c, err := ln.Accept()
 	if err != nil {
 		if ctx.Err() != nil {

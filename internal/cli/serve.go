@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/xdproce/xdproce/cm"
@@ -15,18 +14,38 @@ import (
 
 var serveCommand = &Command{
 	Name:       "serve",
-	ShortUsage: "xdproce serve --dev IF [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE]] [--link auto|xsk|udp] [--capture FILE]",
-	ShortHelp:  "accept file transfers (send, get) and benchmarks from peers",
+	ShortUsage: "xdproce serve --dev IF (--psk-file FILE | --tls-client-ca FILE | --insecure) [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE | --tls-dir DIR]] [--overwrite] [--link auto|xsk|udp] [--capture FILE]",
+	ShortHelp:  "accept file transfers (send, get) from authenticated peers",
 	LongHelp: `Serve attaches to the interface at start-up (AF_XDP with the XDP steering
 program when privileged, else kernel UDP sockets; --link chooses) and accepts
 requests from other xdproce processes on a TCP control port (default 18515):
 files sent with 'xdproce send' land as DIR/NAME, files asked for with
-'xdproce get' are read from DIR, and 'xdproce bench' finds its peer here.
+'xdproce get' are read from DIR. (Benchmarks are 'xdproce bench', which has
+its own server.)
+
+Clients authenticate before anything else passes: with --psk-file, both
+sides prove they hold the same key (an HMAC challenge each way; the key
+never goes on the wire); with --tls-client-ca, clients present a TLS
+certificate signed by that CA. Without either serve refuses to start unless
+--insecure says that anyone who reaches the control port may read and write
+DIR. The authentication keys are only ever the ones on the command line.
+
+Every name is opened beneath DIR (Go's os.Root): a symbolic link in DIR is
+followed while it stays inside and refused when it leads out. Names with
+directories, a leading dot or control characters are refused. An existing
+file is replaced only when serve runs with --overwrite and the client sends
+with --force; otherwise the client is told the file exists. A put larger
+than the free space of DIR's file system is refused before any data moves,
+and the client prints the server's reason.
+
+With --tls and no --tls-cert, the self-signed certificate is kept in
+--tls-dir (made on first use), so its fingerprint, which clients pin, stays
+the same across restarts. A client that speaks plain TCP to a TLS server is
+told so, with the fingerprint to pin.
 
 A received file is written under a temporary name in DIR and renamed to NAME
 only when it is complete and its SHA-256 matches the sender's: a partial
-file never appears under the final name. Names with directories or a
-leading dot are refused. The temporary name,
+file never appears under the final name. The temporary name,
   DIR/.NAME.xdproce-PID-START-RANDOM.part,
 names the receiving process (its PID and start time). A server that is
 killed cannot remove its temporary files; at start-up serve removes those in
@@ -47,10 +66,12 @@ serves them to Prometheus, and a --capture file is flushed after each request,
 so it can be read while serve runs.
 
 EXAMPLES
-  sudo xdproce serve --dev eth1 --dir /srv/incoming
-  xdproce serve --dev eth1 --link udp --listen 198.51.100.1:18515
-  sudo xdproce serve --dev eth1 --capture server.pcapng
-  sudo xdproce serve --dev eth1 --tls          # prints the fingerprint clients pin`,
+  head -c 32 /dev/urandom | base64 > key && chmod 600 key   # copy it to the clients
+  sudo xdproce serve --dev eth1 --psk-file key --dir /srv/incoming
+  xdproce serve --dev eth1 --psk-file key --link udp --listen 198.51.100.1:18515
+  sudo xdproce serve --dev eth1 --insecure --capture server.pcapng   # a lab only
+  sudo xdproce serve --dev eth1 --psk-file key --tls    # prints the fingerprint clients pin
+  sudo xdproce serve --dev eth1 --tls-client-ca ca.pem --overwrite`,
 	Setup: setupServe,
 }
 
@@ -60,8 +81,8 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	dir := fs.String("dir", ".", "`directory` received files land in and files are served from")
 	listen := fs.String("listen", fmt.Sprintf(":%d", xfer.DefaultPort), "TCP `address` of the control port")
 	jsonOut := fs.Bool("json", false, "print one JSON object per finished request")
-	var tf tlsFlags
-	tf.register(fs, true)
+	var cf ctrlFlags
+	cf.register(fs, true)
 	var mf metricsFlags
 	mf.register(fs)
 	return func(ctx context.Context, args []string) error {
@@ -69,20 +90,17 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if len(args) != 0 {
 			return usageErrorf(cmd, "unexpected argument %q", args[0])
 		}
-		tcfg, err := tf.config(cmd)
+		if err := checkAddr(cmd, "--listen", *listen, true); err != nil {
+			return err
+		}
+		ccfg, err := cf.config(cmd)
 		if err != nil {
 			return err
 		}
 		if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--dir %s: not a directory", *dir)
 		}
-		removed, err := xfer.RemoveStale(*dir)
-		if err != nil {
-			env.Log.Warn("stale temporary files", "dir", *dir, "err", err)
-		}
-		for _, name := range removed {
-			fmt.Fprintf(env.Stderr, "removed %s (left by a transfer whose receiver died)\n", filepath.Join(*dir, name))
-		}
+		removeStale(env, *dir)
 		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
@@ -100,17 +118,25 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 			return err
 		}
 		defer stopMetrics()
-		ln, err := cm.Listen(*listen, &cm.Config{TLS: tcfg})
+		ln, err := cm.Listen(*listen, ccfg)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(env.Stderr, "serving on %s over %s (%s), path MTU %d; control port %s; files in %s\n",
 			dev.Name(), dev.LinkName(), dev.LinkReason(), dev.PathMTU().Bytes(), ln.Addr(), *dir)
 		if fp := ln.Fingerprint(); fp != "" {
-			fmt.Fprintf(env.Stderr, "TLS certificate fingerprint %s (clients: --tls-fingerprint %s)\n", fp, fp)
+			kept := ""
+			if t := ccfg.TLS; t.Dir != "" {
+				kept = "; kept in " + t.Dir
+				if ln.Generated() {
+					kept = "; new, kept in " + t.Dir
+				}
+			}
+			fmt.Fprintf(env.Stderr, "TLS certificate fingerprint %s (clients: --tls-fingerprint %s%s)\n", fp, fp, kept)
 		}
+		fmt.Fprintln(env.Stderr, cf.describe(ln, *dir))
 		var mu sync.Mutex
-		s := &xfer.Server{Dev: dev.Device, Dir: *dir, Options: &xfer.Options{Log: env.Log},
+		s := &xfer.Server{Dev: dev.Device, Dir: *dir, Options: &xfer.Options{Log: env.Log}, Overwrite: cf.overwrite,
 			Done: func(op string, res xfer.Result, err error) {
 				mu.Lock()
 				defer mu.Unlock()

@@ -16,14 +16,19 @@ import (
 
 var sendCommand = &Command{
 	Name:       "send",
-	ShortUsage: "xdproce send --dev IF [--name NAME] [--enlarge] [--json] [--tls-fingerprint HEX] HOST FILE",
+	ShortUsage: "xdproce send --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--name NAME] [--force] [--enlarge] [--json] HOST FILE",
 	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
 	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
 server's control port is not 18515) by RDMA WRITE into the server's
 registered buffer, a few megabytes at a time. The server stores it in its
 --dir as NAME (default: FILE's base name), under a temporary name until the
 SHA-256 it computed matches the one sent here. The control connection is
-retried for a few seconds while the server starts.
+retried for a few seconds while the server starts. A server run with
+--psk-file needs the same key here (--psk-file), one run with
+--tls-client-ca a client certificate (--tls-cert, --tls-key); an --insecure
+server needs neither. An existing NAME on the server is replaced only with
+--force, and only by a server run with --overwrite. When the server refuses
+(a name it does not take, a full disk, ...), its reason is printed here.
 
 With --enlarge the file goes through an enlargement channel instead (package
 enlarge): one RC connection that starts with a 16 × 512 B ring on each side
@@ -46,8 +51,8 @@ gbps, link, peer_link, path_mtu, op, and with --enlarge an "enlarge" object:
 phase, slot_size, promotions, control_sent, messages, registered_bytes).
 
 EXAMPLES
-  sudo xdproce send --dev eth1 198.51.100.1 ./disk.img
-  xdproce send --dev eth1 --link udp 198.51.100.1 notes.txt --name notes-v2.txt
+  sudo xdproce send --dev eth1 --psk-file key 198.51.100.1 ./disk.img
+  xdproce send --dev eth1 --link udp 198.51.100.1 notes.txt --name notes-v2.txt --force
   sudo xdproce send --dev eth1 --capture send.pcapng 198.51.100.1:9000 data.bin
   sudo xdproce send --dev eth1 --enlarge --capture f.pcapng 198.51.100.1 data.bin && xdproce dump f.pcapng
   sudo xdproce send --dev eth1 --tls-fingerprint 3f9a...c2 198.51.100.1 data.bin`,
@@ -56,19 +61,22 @@ EXAMPLES
 
 var getCommand = &Command{
 	Name:       "get",
-	ShortUsage: "xdproce get --dev IF [--json] [--tls-fingerprint HEX] HOST NAME [FILE]",
+	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--json] HOST NAME [FILE]",
 	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
 	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
 server's registered buffer and writes it to FILE (default: NAME in the
 current directory; a directory means DIR/NAME). The data goes to a temporary
 file beside FILE, renamed to FILE only once the SHA-256 of what arrived
-matches the server's: a failed transfer leaves no partial file.
+matches the server's: a failed transfer leaves no partial file. Temporary
+files that earlier gets left in that directory when they were killed
+(.NAME.xdproce-PID-START-RANDOM.part of processes that are gone) are
+removed first, and named on stderr. Authentication flags are as for send.
 
 On a terminal a progress bar with rate and ETA goes to stderr; the result goes
 to stdout (with --json as one object, as for send).
 
 EXAMPLES
-  sudo xdproce get --dev eth1 198.51.100.1 disk.img
+  sudo xdproce get --dev eth1 --psk-file key 198.51.100.1 disk.img
   sudo xdproce get --dev eth1 198.51.100.1 disk.img /tmp/copy.img
   xdproce get --dev eth1 --link udp --json 198.51.100.1 notes.txt`,
 	Setup: setupGet,
@@ -82,18 +90,22 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
 	enl := fs.Bool("enlarge", false, "send through an enlargement channel (small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA WRITE into a staging buffer")
 	forceBar := fs.Bool("progress", false, "draw the progress bar on stderr even when it is not a terminal")
-	var tf tlsFlags
-	tf.register(fs, false)
+	force := fs.Bool("force", false, "replace a file of the same name on the server (which must run with --overwrite)")
+	var cf ctrlFlags
+	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce send"
 		if len(args) != 2 {
 			return usageErrorf(cmd, "want HOST FILE, got %d arguments", len(args))
 		}
-		tcfg, err := tf.config(cmd)
+		host, path := args[0], args[1]
+		if err := checkAddr(cmd, "HOST", host, false); err != nil {
+			return err
+		}
+		ccfg, err := cf.config(cmd)
 		if err != nil {
 			return err
 		}
-		host, path := args[0], args[1]
 		if *name == "" {
 			*name = filepath.Base(path)
 		}
@@ -117,12 +129,16 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 			return err
 		}
 		defer closeDevice(env, dev)
-		conn, err := cm.Dial(ctx, host, &cm.Config{Retry: *retry, TLS: tcfg})
+		ccfg.Retry = *retry
+		if *force {
+			ccfg.Require = []string{cm.CapOverwrite}
+		}
+		conn, err := cm.Dial(ctx, host, ccfg)
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
 		bar := newProgress(env.Stderr, *name, *forceBar)
-		o := &xfer.Options{Log: env.Log}
+		o := &xfer.Options{Log: env.Log, Force: *force}
 		if bar != nil {
 			o.Progress = bar.update
 		}
@@ -143,18 +159,21 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 	df.register(fs, true)
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
-	var tf tlsFlags
-	tf.register(fs, false)
+	var cf ctrlFlags
+	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce get"
 		if len(args) != 2 && len(args) != 3 {
 			return usageErrorf(cmd, "want HOST NAME [FILE], got %d arguments", len(args))
 		}
-		tcfg, err := tf.config(cmd)
+		host, name := args[0], args[1]
+		if err := checkAddr(cmd, "HOST", host, false); err != nil {
+			return err
+		}
+		ccfg, err := cf.config(cmd)
 		if err != nil {
 			return err
 		}
-		host, name := args[0], args[1]
 		if err := xfer.ValidName(name); err != nil {
 			return usageErrorf(cmd, "NAME: %v", err)
 		}
@@ -168,12 +187,14 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		if st, err := os.Stat(filepath.Dir(dst)); err != nil || !st.IsDir() {
 			return fmt.Errorf("get: %s: directory does not exist", filepath.Dir(dst))
 		}
+		removeStale(env, filepath.Dir(dst))
 		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err
 		}
 		defer closeDevice(env, dev)
-		conn, err := cm.Dial(ctx, host, &cm.Config{Retry: *retry, TLS: tcfg})
+		ccfg.Retry = *retry
+		conn, err := cm.Dial(ctx, host, ccfg)
 		if err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
@@ -188,6 +209,19 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 			return fmt.Errorf("get %s: %w", name, interrupted(ctx, err))
 		}
 		return printResult(env, *jsonOut, "received", dst, res)
+	}
+}
+
+// removeStale removes the temporary files of killed receivers from dir
+// (xfer.RemoveStale: only xdproce's own names, only of processes that are
+// gone) and says which on stderr.
+func removeStale(env *Env, dir string) {
+	removed, err := xfer.RemoveStale(dir)
+	if err != nil {
+		env.Log.Warn("stale temporary files", "dir", dir, "err", err)
+	}
+	for _, name := range removed {
+		fmt.Fprintf(env.Stderr, "removed %s (left by a transfer whose receiver died)\n", filepath.Join(dir, name))
 	}
 }
 

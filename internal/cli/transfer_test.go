@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,6 +103,15 @@ func TestTransferUsageErrors(t *testing.T) {
 		{[]string{"demo", "--size", "lots"}, `parse size "lots"`},
 		{[]string{"demo", "--link", "x"}, `unknown link "x"`},
 		{[]string{"info", "--bogus"}, "flag provided but not defined"},
+		{[]string{"send", "--dev", "lo", "127.0.0.1:99999", f}, `HOST "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`},
+		{[]string{"get", "--dev", "lo", "[2001:db8::1]:0", "f"}, `port "0"`},
+		{[]string{"serve", "--dev", "lo", "--insecure", "--listen", ":99999"}, `--listen ":99999": port "99999"`},
+		{[]string{"send", "--dev", "lo", "--tls-fingerprint", "3f9a", "127.0.0.1", f}, `--tls-fingerprint "3f9a": want the 64 hex digits`},
+		{[]string{"get", "--dev", "lo", "--tls-fingerprint", strings.Repeat("g", 64), "127.0.0.1", "f"}, "--tls-fingerprint"},
+		{[]string{"send", "--dev", "lo", "--tls-cert", f, "127.0.0.1", f}, "--tls-cert and --tls-key go together"},
+		{[]string{"serve", "--dev", "lo"}, "no client authentication: give --psk-file FILE or --tls-client-ca FILE, or --insecure"},
+		{[]string{"get", "--dev", "lo", "127.0.0.1", "a\nb"}, "control characters are refused"},
+		{[]string{"send", "--dev", "lo", "--name", "x\ty", "127.0.0.1", f}, "control characters are refused"},
 	} {
 		oneErrorLine(t, strings.Join(tt.args, " "), runBinary(t, tt.args...), 2, tt.want)
 	}
@@ -125,7 +135,7 @@ func TestTransferBadInput(t *testing.T) {
 	oneErrorLine(t, "a CPU the process may not use", runBinary(t, "send", "--dev", "lo", "--link", "udp", "--cpu", "4095", "127.0.0.1", f), 1,
 		"cpu 4095 is not one this process may run on")
 	oneErrorLine(t, "unknown interface", runBinary(t, "get", "--dev", "nosuch0", "127.0.0.1", "f", filepath.Join(dir, "g")), 1, `unknown interface "nosuch0"`)
-	oneErrorLine(t, "serve into a missing directory", runBinary(t, "serve", "--dev", "lo", "--dir", filepath.Join(dir, "nope")), 1, "not a directory")
+	oneErrorLine(t, "serve into a missing directory", runBinary(t, "serve", "--dev", "lo", "--insecure", "--dir", filepath.Join(dir, "nope")), 1, "not a directory")
 	oneErrorLine(t, "info of a missing interface", runBinary(t, "info", "nosuch0"), 1, `unknown interface "nosuch0"`)
 	noPartial(t, dir, "g")
 }
@@ -208,11 +218,15 @@ func startServer(t *testing.T, topo *netlab.Topo, extra ...string) *server {
 	return startServerIn(t, topo, t.TempDir(), extra...)
 }
 
-// startServerIn starts 'xdproce serve' with --dir dir.
+// startServerIn starts 'xdproce serve' with --dir dir, and --insecure
+// unless extra names a way to authenticate clients.
 func startServerIn(t *testing.T, topo *netlab.Topo, dir string, extra ...string) *server {
 	t.Helper()
 	s := &server{dir: dir, done: make(chan error, 1)}
 	args := append([]string{"serve", "--dev", topo.A.Name, "--dir", s.dir, "--link", "xsk"}, extra...)
+	if !slices.Contains(extra, "--psk-file") && !slices.Contains(extra, "--tls-client-ca") {
+		args = append(args, "--insecure")
+	}
 	s.cmd = topo.A.NS.Command(context.Background(), binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
 	if err := s.cmd.Start(); err != nil {
@@ -478,18 +492,12 @@ func TestPrivilegedTLS(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
 	srvCap := filepath.Join(t.TempDir(), "serve.pcapng")
-	s := startServer(t, topo, "--tls", "--capture", srvCap)
+	tlsDir := filepath.Join(t.TempDir(), "conf")
+	s := startServer(t, topo, "--tls", "--tls-dir", tlsDir, "--capture", srvCap)
 	host := topo.A.IPv4.String()
-	var fp string
-	deadline := time.Now().Add(10 * time.Second)
-	for fp == "" && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		if _, after, ok := strings.Cut(s.errb.String(), "--tls-fingerprint "); ok {
-			fp, _, _ = strings.Cut(after, ")")
-		}
-	}
-	if len(fp) != 64 {
-		t.Fatalf("no fingerprint printed: %q", s.errb.String())
+	fp := fingerprintOf(t, s)
+	if !strings.Contains(s.errb.String(), "new, kept in "+tlsDir) {
+		t.Errorf("serve did not say where it keeps its new certificate: %q", s.errb.String())
 	}
 	src := filepath.Join(t.TempDir(), "secret")
 	data := writeFile(t, src, 300<<10, 5)
@@ -503,9 +511,7 @@ func TestPrivilegedTLS(t *testing.T) {
 	r := runCmd(t, clientCmd(topo, "send", "--tls-fingerprint", wrong, host, src, "--name", "other"))
 	oneErrorLine(t, "wrong fingerprint", r, 1, "fingerprint")
 	r = runCmd(t, clientCmd(topo, "send", host, src, "--name", "plain"))
-	if r.code == 0 {
-		t.Errorf("plain TCP client accepted by a TLS server")
-	}
+	oneErrorLine(t, "plain client of a TLS server", r, 1, "server requires TLS (--tls-fingerprint "+fp+")")
 	noPartial(t, s.dir, "other")
 	noPartial(t, s.dir, "plain")
 	// serve writes its capture when it stops.
@@ -516,4 +522,24 @@ func TestPrivilegedTLS(t *testing.T) {
 	if v := runBinary(t, "dump", "--verify", srvCap); v.code != 0 || strings.Count(v.stdout, "\n") < 75 {
 		t.Errorf("dump --verify %s: exit %d, %d lines: %s", srvCap, v.code, strings.Count(v.stdout, "\n"), v.stderr)
 	}
+	// A restart keeps the certificate: the same fingerprint, and the pinned
+	// client still gets in.
+	s = startServerIn(t, topo, s.dir, "--tls", "--tls-dir", tlsDir)
+	if again := fingerprintOf(t, s); again != fp {
+		t.Errorf("fingerprint after a restart %s, before %s", again, fp)
+	}
+	if r := runCmd(t, clientCmd(topo, "send", "--tls-fingerprint", fp, host, src, "--name", "again")); r.code != 0 {
+		t.Errorf("pinned send after a restart: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// fingerprintOf waits for the TLS fingerprint serve prints and returns it.
+func fingerprintOf(t *testing.T, s *server) string {
+	t.Helper()
+	waitOutput(t, &s.errb, "--tls-fingerprint ")
+	_, after, _ := strings.Cut(s.errb.String(), "--tls-fingerprint ")
+	if len(after) < 64 {
+		t.Fatalf("no fingerprint printed: %q", s.errb.String())
+	}
+	return after[:64]
 }
