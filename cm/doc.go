@@ -12,10 +12,16 @@
 //     PerftestPlan for the order of the steps of each tool as observed against perftest 6.06.
 //   - xdproce's own control protocol between two xdproce processes: Dial, Listen, Conn and
 //     Message. Frames are a 4-byte big-endian length followed by one JSON object; the first
-//     frame each way is a hello carrying the protocol name and ProtocolVersion. It may run over
-//     TLS, with a certificate and key from files or a generated self-signed pair the client pins
-//     by its SHA-256 fingerprint. Clients retry the connection with backoff for a configurable
-//     time, since a server may still be starting.
+//     frame each way is a hello carrying the protocol name, ProtocolVersion and the sender's
+//     Capabilities (a peer lacking one the other side needs is refused with one line,
+//     ErrCapability; a version 1 peer with ErrVersionMismatch). The server authenticates its
+//     clients before anything else passes: a pre-shared key proved by an HMAC challenge each
+//     way (Config.PSK), or TLS client certificates (TLSConfig.ClientCAFile); Listen refuses to
+//     run with neither unless Config.Insecure. It may run over TLS, with a certificate and key
+//     from files or a self-signed pair (kept in TLSConfig.Dir so it survives restarts) the
+//     client pins by its SHA-256 fingerprint; a plain client of a TLS server is told so.
+//     Clients retry the connection with backoff for a configurable time, since a server may
+//     still be starting.
 //
 // The protocol types are plain values and know nothing of queue pairs or devices: the caller
 // moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong and
@@ -24,7 +30,7 @@
 // RecvValue let a caller carry its own JSON messages over a connection Dial or Accept set up;
 // ExchangeRC is the common case, one RC endpoint and memory region each way.
 //
-// Errors: ErrVersionMismatch, ErrFingerprintMismatch and ErrProtocol are sentinels callers may
-// branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)
+// Errors: ErrVersionMismatch, ErrFingerprintMismatch, ErrProtocol, ErrAuth, ErrCapability,
+// ErrTLSRequired and ErrNoAuth are sentinels callers may branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)
 // reachable through %w and name the address and how long the client retried.
 package cm

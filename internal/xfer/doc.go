@@ -1,6 +1,7 @@
 // Package xfer moves files between two xdproce processes over RoCEv2: the
 // data by RDMA WRITE (Send) or RDMA READ (Get) on one RC queue pair, the
-// coordination over a TCP control connection.
+// coordination over a TCP control connection (package cm's: its hello
+// authenticates the client before any request is read).
 //
 // The control connection carries length-prefixed JSON messages (a 4-byte
 // big-endian length, then one object). The client opens with a request (put
@@ -25,6 +26,15 @@
 // and refuse a channel whose buffers would exceed their staging limit
 // (Options.SlotSize × Options.Slots). See enlarge.go.
 //
+// The server opens every name beneath its directory's os.Root (store.go):
+// symbolic links are followed while they stay inside and refused when they
+// lead out; names with directories, a leading dot or control characters are
+// refused; an existing file is replaced only when the server allows it
+// (Server.Overwrite) and the client asks (Options.Force); a put larger than
+// the free space of the directory's file system is refused before its
+// accept. Any refusal goes to the client as an error message with the
+// server's reason, which ends the client's transfer at once.
+//
 // The receiving side writes to a temporary file in the destination directory
 // and renames it to the final name only when the content is complete and its
 // checksum verified; on any failure (the peer going away, a checksum
@@ -32,5 +42,6 @@
 // never appears under the final name. The temporary file is named
 // .NAME.xdproce-PID-START-RANDOM.part after the receiving process (PID and
 // start time); a receiver that is killed leaves it behind, and RemoveStale
-// (run by `xdproce serve` at start-up) removes those whose process is gone.
+// (run by `xdproce serve` at start-up and by `xdproce get` in its target
+// directory) removes those whose process is gone.
 package xfer
