@@ -193,6 +193,7 @@ type Listener struct {
 	timeout     time.Duration
 	psk         []byte
 	require     []string
+	acc         acceptor // accept.go
 }
 
 // Listen listens on addr (":18515" when empty; a bare host gets cfg's port). It needs a way
@@ -236,50 +237,3 @@ func (l *Listener) Fingerprint() string { return l.fingerprint }
 // Generated reports whether Listen made a new self-signed certificate (none was given, and
 // TLS.Dir held none yet).
 func (l *Listener) Generated() bool { return l.generated }
-
-// Close stops listening; a blocked Accept returns net.ErrClosed.
-func (l *Listener) Close() error { return l.ln.Close() }
-
-// Accept waits for a client and runs TLS and the hello exchange with it. A client that fails
-// them gets an error (the connection is closed, the listener stays usable): callers usually log
-// it and accept again. net.ErrClosed means the listener was closed.
-func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
-	stop := context.AfterFunc(ctx, func() {
-		if d, ok := l.ln.(interface{ SetDeadline(time.Time) error }); ok {
-			d.SetDeadline(time.Unix(1, 0))
-		}
-	})
-	nc, err := l.ln.Accept()
-	if !stop() {
-		if d, ok := l.ln.(interface{ SetDeadline(time.Time) error }); ok {
-			d.SetDeadline(time.Time{})
-		}
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("cm: accept: %w", ctx.Err())
-		}
-		return nil, fmt.Errorf("cm: accept: %w", err)
-	}
-	if l.tcfg != nil {
-		var plain bool
-		if nc, plain = l.peekTLS(ctx, nc); plain {
-			return nil, l.refusePlain(ctx, nc)
-		}
-		tc := tls.Server(nc, l.tcfg)
-		hctx, cancel := context.WithTimeout(ctx, l.timeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
-		if err != nil {
-			nc.Close()
-			return nil, fmt.Errorf("cm: tls with %v: %w", nc.RemoteAddr(), err)
-		}
-		nc = tc
-	}
-	conn := newConn(nc, l.timeout)
-	if err := conn.serverHello(ctx, l); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("cm: client %v: %w", nc.RemoteAddr(), err)
-	}
-	return conn, nil
-}

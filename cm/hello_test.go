@@ -336,3 +336,41 @@ func TestTLSDir(t *testing.T) {
 		t.Errorf("dir: %v %v", st, err)
 	}
 }
+
+// TestAcceptNotHeldUp: a client that connects and says nothing does not keep the next client
+// from being accepted; it is dropped after the timeout.
+func TestAcceptNotHeldUp(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	idle, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	time.Sleep(50 * time.Millisecond)
+	got := make(chan error, 2)
+	go func() {
+		for range 2 {
+			c, err := l.Accept(context.Background())
+			if c != nil {
+				c.Close()
+			}
+			got <- err
+		}
+	}()
+	t0 := time.Now()
+	c, err := Dial(context.Background(), l.Addr().String(), &Config{Retry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := <-got; err != nil || time.Since(t0) > time.Second {
+		t.Errorf("second client accepted after %v: %v", time.Since(t0), err)
+	}
+	if err := <-got; err == nil || time.Since(t0) > 5*time.Second {
+		t.Errorf("idle client: %v after %v, want a hello timeout", err, time.Since(t0))
+	}
+}
