@@ -105,7 +105,8 @@ var ErrExists = errors.New("file exists")
 // commit syncs and closes the temporary file and gives it its final name:
 // replacing a file already there when overwrite is set, else failing with
 // ErrExists (a hard link, which never replaces, then removing the temporary
-// name). On failure the temporary file is removed too.
+// name; where the file system has no hard links, a check and a rename). On
+// failure the temporary file is removed too.
 func (t *tempFile) commit(overwrite bool) (err error) {
 	t.committed = true
 	defer func() {
@@ -131,12 +132,20 @@ func (t *tempFile) commit(overwrite bool) (err error) {
 		return nil
 	}
 	err = t.root.Link(t.name, t.dst)
-	t.root.Remove(t.name)
-	if errors.Is(err, fs.ErrExist) {
+	switch {
+	case err == nil:
+		t.root.Remove(t.name)
+		return nil
+	case errors.Is(err, fs.ErrExist):
 		return fmt.Errorf("%q: %w", t.dst, ErrExists)
 	}
-	if err != nil {
-		return fmt.Errorf("link to %s: %w", t.dst, err)
+	// A file system without hard links (vfat, some FUSE): check, then
+	// rename; a file created in between would be replaced.
+	if _, lerr := t.root.Lstat(t.dst); lerr == nil {
+		return fmt.Errorf("%q: %w", t.dst, ErrExists)
+	}
+	if err := t.root.Rename(t.name, t.dst); err != nil {
+		return fmt.Errorf("rename to %s: %w", t.dst, err)
 	}
 	return nil
 }
