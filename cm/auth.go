@@ -13,13 +13,15 @@ import (
 
 // Authentication with a pre-shared key (Config.PSK), run right after the hellos:
 //
-//	client hello:  nonce Nc (32 random bytes)
-//	server hello:  auth "psk", nonce Ns, mac HMAC-SHA256(K, "xdproce-cm psk server" 0 Nc Ns)
-//	client:        {"type":"auth","mac": HMAC-SHA256(K, "xdproce-cm psk client" 0 Nc Ns)}
+//	client hello:  caps Cc, nonce Nc (32 random bytes)
+//	server hello:  caps Cs, auth "psk", nonce Ns, mac HMAC-SHA256(K, "xdproce-cm psk server" 0 T)
+//	client:        {"type":"auth","mac": HMAC-SHA256(K, "xdproce-cm psk client" 0 T)}
 //	server:        {"type":"auth"} — or an error frame, and it closes
 //
-// Each side proves it holds K for nonces the other chose; the key itself never goes on the
-// wire, and the labels keep one side's proof from serving as the other's. Nothing but these
+// where T is Nc, Ns and the two capability lists (each name preceded by its length, each list
+// by its count). Each side proves it holds K for nonces the other chose; the key itself never
+// goes on the wire, the labels keep one side's proof from serving as the other's, and a
+// capability list changed on the way (to turn a feature off) fails both proofs. Nothing but these
 // frames passes before the server's {"type":"auth"}: no request is read, so no queue pair,
 // rkey or file is handed to a client that has not proved the key.
 
@@ -39,13 +41,21 @@ func newNonce() nonce {
 
 func (n nonce) String() string { return hex.EncodeToString(n[:]) }
 
-// pskMAC is the proof of side ("server" or "client") for the nonce pair.
-func pskMAC(key []byte, side string, nc, ns []byte) []byte {
+// pskMAC is the proof of side ("server" or "client") for the nonces and the capability lists
+// of the two hellos.
+func pskMAC(key []byte, side string, nc, ns []byte, clientCaps, serverCaps []string) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte("xdproce-cm psk " + side))
 	h.Write([]byte{0})
 	h.Write(nc)
 	h.Write(ns)
+	for _, caps := range [][]string{clientCaps, serverCaps} {
+		h.Write([]byte{byte(len(caps) >> 8), byte(len(caps))})
+		for _, c := range caps {
+			h.Write([]byte{byte(len(c) >> 8), byte(len(c))})
+			h.Write([]byte(c))
+		}
+	}
 	return h.Sum(nil)
 }
 
@@ -102,7 +112,7 @@ func (c *Conn) serverAuth(ctx context.Context, l *Listener, m *Message, refuse f
 	}
 	ns := newNonce()
 	hello.Nonce = ns.String()
-	hello.MAC = hex.EncodeToString(pskMAC(l.psk, "server", nc, ns[:]))
+	hello.MAC = hex.EncodeToString(pskMAC(l.psk, "server", nc, ns[:], m.Caps, hello.Caps))
 	if err := c.sendMsg(ctx, hello); err != nil {
 		return err
 	}
@@ -114,8 +124,8 @@ func (c *Conn) serverAuth(ctx context.Context, l *Listener, m *Message, refuse f
 		return refuse(fmt.Errorf("%w: the client sent %q before proving the pre-shared key", ErrAuth, a.Type))
 	}
 	mac, err := hex.DecodeString(a.MAC)
-	if err != nil || !hmac.Equal(mac, pskMAC(l.psk, "client", nc, ns[:])) {
-		return refuse(fmt.Errorf("%w: the client's proof of the pre-shared key is wrong (the keys differ)", ErrAuth))
+	if err != nil || !hmac.Equal(mac, pskMAC(l.psk, "client", nc, ns[:], m.Caps, hello.Caps)) {
+		return refuse(fmt.Errorf("%w: the client's proof of the pre-shared key is wrong (the keys differ, or the hellos were changed on the way)", ErrAuth))
 	}
 	return c.sendMsg(ctx, &Message{Type: TypeAuth})
 }
@@ -134,10 +144,10 @@ func (c *Conn) clientAuth(ctx context.Context, cfg *Config, m *Message, nc nonce
 	}
 	ns, ok := decodeNonce(m.Nonce)
 	mac, err := hex.DecodeString(m.MAC)
-	if !ok || err != nil || !hmac.Equal(mac, pskMAC(cfg.PSK, "server", nc[:], ns)) {
-		return fmt.Errorf("%w: the server's proof of the pre-shared key is wrong (the keys differ)", ErrAuth)
+	if !ok || err != nil || !hmac.Equal(mac, pskMAC(cfg.PSK, "server", nc[:], ns, Capabilities, m.Caps)) {
+		return fmt.Errorf("%w: the server's proof of the pre-shared key is wrong (the keys differ, or the hellos were changed on the way)", ErrAuth)
 	}
-	if err := c.sendMsg(ctx, &Message{Type: TypeAuth, MAC: hex.EncodeToString(pskMAC(cfg.PSK, "client", nc[:], ns))}); err != nil {
+	if err := c.sendMsg(ctx, &Message{Type: TypeAuth, MAC: hex.EncodeToString(pskMAC(cfg.PSK, "client", nc[:], ns, Capabilities, m.Caps))}); err != nil {
 		return err
 	}
 	r, err := c.recv(ctx)

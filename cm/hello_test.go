@@ -374,3 +374,44 @@ func TestAcceptNotHeldUp(t *testing.T) {
 		t.Errorf("idle client: %v after %v, want a hello timeout", err, time.Since(t0))
 	}
 }
+
+// TestPSKBindsCapabilities: a man in the middle who removes a capability from the client's
+// hello (to turn a feature off) makes the proofs fail: the client refuses the server.
+func TestPSKBindsCapabilities(t *testing.T) {
+	key := []byte("correct horse battery staple 42")
+	l, err := Listen("127.0.0.1:0", &Config{PSK: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveEcho(t, l)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		a, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		b, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			return
+		}
+		defer b.Close()
+		ca, cb := newConn(a, 0), newConn(b, 0)
+		m, err := ca.Recv(context.Background())
+		if err != nil {
+			return
+		}
+		m.Caps = []string{CapPSK} // CapOverwrite stripped
+		cb.Send(context.Background(), m)
+		go io.Copy(b, a)
+		io.Copy(a, b)
+	}()
+	_, err = Dial(context.Background(), ln.Addr().String(), &Config{Retry: -1, PSK: key})
+	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "changed on the way") {
+		t.Errorf("hello changed on the way: %v", err)
+	}
+}
