@@ -111,3 +111,30 @@ func TestPrivilegedServeSafety(t *testing.T) {
 		t.Error("send --force to serve --overwrite did not replace the file")
 	}
 }
+
+// TestPrivilegedServeMutualTLS: 'serve --tls-client-ca' takes a client with a
+// certificate its CA signed and refuses one without, with one line and no
+// file.
+func TestPrivilegedServeMutualTLS(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	work := t.TempDir()
+	ca, cert, key := testenv.ClientCA(t, work)
+	s := startServer(t, topo, "--tls-client-ca", ca, "--tls-dir", filepath.Join(work, "conf"))
+	fp := fingerprintOf(t, s)
+	waitOutput(t, &s.errb, "clients authenticate with a TLS certificate signed by "+ca)
+	host := topo.A.IPv4.String()
+	src := filepath.Join(work, "f")
+	data := writeFile(t, src, 50<<10, 13)
+	r := runCmd(t, clientCmd(topo, "send", "--tls-fingerprint", fp, host, src))
+	oneErrorLine(t, "send without a client certificate", r, 1, "the server requires a client certificate (--tls-cert FILE --tls-key FILE)")
+	if ents, _ := os.ReadDir(s.dir); len(ents) != 0 {
+		t.Fatalf("a client without a certificate left %v", ents)
+	}
+	if r := runCmd(t, clientCmd(topo, "send", "--tls-fingerprint", fp, "--tls-cert", cert, "--tls-key", key, host, src)); r.code != 0 {
+		t.Fatalf("send with a client certificate: exit %d: %s", r.code, r.stderr)
+	}
+	if got, _ := os.ReadFile(filepath.Join(s.dir, "f")); !bytes.Equal(got, data) {
+		t.Errorf("stored %d bytes", len(got))
+	}
+}
