@@ -124,6 +124,10 @@ func checkHello(m *Message, peer string) error {
 		// The peer refused our hello; keep its reason, and the sentinel when it says why.
 		low := strings.ToLower(m.Error)
 		switch {
+		case strings.Contains(low, ErrVersionMismatch.Error()) && strings.Contains(low, "this side speaks version 1,"):
+			// Version 1's refusal of any other version.
+			return fmt.Errorf("hello: %w: the %s is an xdproce from before the capability exchange and authentication (upgrade the %s; it says: %s)",
+				ErrVersionMismatch, peer, peer, m.Error)
 		case strings.Contains(low, ErrVersionMismatch.Error()):
 			return fmt.Errorf("hello: %w (the %s says: %s)", ErrVersionMismatch, peer, m.Error)
 		case strings.Contains(low, ErrCapability.Error()):

@@ -58,7 +58,7 @@ func TestHelloVersion1Peers(t *testing.T) {
 	v1Refusal := `{"type":"error","error":"hello: protocol version mismatch: this side speaks version 1, the client 2"}`
 	addr := fakeServer(t, rawFrame(v1Refusal))
 	_, err = Dial(context.Background(), addr, &Config{Retry: -1})
-	if !errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "this side speaks version 1") {
+	if !errors.Is(err, ErrVersionMismatch) || errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "upgrade the server") {
 		t.Errorf("version 1 server: %v", err)
 	}
 	// A version 1 server that answered with its hello (had it accepted ours).
