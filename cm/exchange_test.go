@@ -12,7 +12,7 @@ import (
 // dialPair returns both ends of a control connection on loopback.
 func dialPair(t *testing.T) (client, server *Conn) {
 	t.Helper()
-	l, err := Listen("127.0.0.1:0", nil)
+	l, err := Listen("127.0.0.1:0", &Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}
