@@ -100,7 +100,8 @@ func TestPrivilegedSecondProcessHeld(t *testing.T) {
 	}
 }
 
-// serveArgs is the command line of a file server on dev storing into dir.
+// serveArgs is the command line of a file server on dev storing into dir,
+// taking any client (--insecure).
 func serveArgs(dev, dir string, extra ...string) []string {
-	return append([]string{"serve", "--dev", dev, "--dir", dir}, extra...)
+	return append([]string{"serve", "--dev", dev, "--dir", dir, "--insecure"}, extra...)
 }

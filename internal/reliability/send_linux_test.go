@@ -68,7 +68,7 @@ func TestPrivilegedRelaySend(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir)
+			serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir, "--insecure")
 			var serr bytes.Buffer
 			serve.Stdout, serve.Stderr = &serr, &serr
 			if err := serve.Start(); err != nil {
