@@ -73,7 +73,7 @@ func LoadPSK(path string) ([]byte, error) {
 	}
 	b = bytes.TrimRight(b, " \t\r\n")
 	if len(b) < MinPSK {
-		return nil, fmt.Errorf("cm: pre-shared key %s: %d bytes, want at least %d (head -c 32 /dev/urandom | base64 > %s)", path, len(b), MinPSK, path)
+		return nil, fmt.Errorf("cm: pre-shared key %s: %d bytes, want at least %d (make one with: head -c 32 /dev/urandom | base64 > NEWFILE)", path, len(b), MinPSK)
 	}
 	return b, nil
 }

@@ -180,6 +180,11 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if *port <= 0 || *port > 65535 {
 			return usageErrorf(cmd, "--port %d", *port)
 		}
+		if len(args) == 2 {
+			if err := checkAddr(cmd, "HOST", args[1], false); err != nil {
+				return err
+			}
+		}
 		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err

@@ -86,6 +86,11 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 		case *gidx < -1:
 			return usageErrorf(cmd, "-g %d: want a GID index (see 'xdproce info') or -1", *gidx)
 		}
+		if len(args) == 1 {
+			if err := checkAddr(cmd, "HOST", args[0], false); err != nil {
+				return err
+			}
+		}
 		dev, err := openDevice(env, cmd, &df)
 		if err != nil {
 			return err

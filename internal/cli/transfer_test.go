@@ -110,6 +110,8 @@ func TestTransferUsageErrors(t *testing.T) {
 		{[]string{"get", "--dev", "lo", "--tls-fingerprint", strings.Repeat("g", 64), "127.0.0.1", "f"}, "--tls-fingerprint"},
 		{[]string{"send", "--dev", "lo", "--tls-cert", f, "127.0.0.1", f}, "--tls-cert and --tls-key go together"},
 		{[]string{"serve", "--dev", "lo"}, "no client authentication: give --psk-file FILE or --tls-client-ca FILE, or --insecure"},
+		{[]string{"bench", "write", "--dev", "lo", "127.0.0.1:99999"}, `HOST "127.0.0.1:99999": port "99999"`},
+		{[]string{"pingpong", "--dev", "lo", "127.0.0.1:0"}, `HOST "127.0.0.1:0": port "0"`},
 		{[]string{"get", "--dev", "lo", "127.0.0.1", "a\nb"}, "control characters are refused"},
 		{[]string{"send", "--dev", "lo", "--name", "x\ty", "127.0.0.1", f}, "control characters are refused"},
 	} {
