@@ -36,7 +36,9 @@ var demoCommand = &Command{
 	LongHelp: `Demo shows the whole stack on one machine. As root it builds its own lab: two
 network namespaces joined by a veth pair (198.51.100.1 and 198.51.100.2,
 MTU --mtu), runs 'xdproce serve' in one and 'xdproce send' in the other, and
-sends --size bytes of random data by RDMA WRITE. It then checks that the
+sends --size bytes of random data by RDMA WRITE (serve authenticating send
+with a pre-shared key the demo makes for the run, in its work directory).
+It then checks that the
 SHA-256 of the file on disk matches what was sent, prints which link carried
 the frames ("AF_XDP (native)" or "UDP"), the throughput, and where the
 sender's pcapng capture was written, and removes the lab and its files on
