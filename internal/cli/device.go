@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/xdproce/xdproce/internal/stat"
 	"github.com/xdproce/xdproce/roce"
 )

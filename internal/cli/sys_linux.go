@@ -46,3 +46,6 @@ func probeAFXDPSocket() (bool, string) {
 	}
 	return false, "AF_XDP socket: " + err.Error()
 }
+
+// bindToDevice binds a socket to an interface (SO_BINDTODEVICE).
+func bindToDevice(fd int, ifname string) error { return unix.BindToDevice(fd, ifname) }

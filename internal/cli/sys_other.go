@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"errors"
 	"io"
 	"runtime"
 )
@@ -15,3 +16,8 @@ func driverName(ifname string) string { return "" }
 
 // probeAFXDPSocket reports that AF_XDP is Linux only.
 func probeAFXDPSocket() (bool, string) { return false, "AF_XDP needs Linux, not " + runtime.GOOS }
+
+// bindToDevice: binding a listener to an interface is Linux only.
+func bindToDevice(fd int, ifname string) error {
+	return errors.New("binding a socket to an interface needs Linux, not " + runtime.GOOS)
+}

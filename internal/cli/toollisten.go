@@ -6,8 +6,6 @@ import (
 	"net"
 	"strconv"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // listenOnDev listens on TCP port for the stock tools' exchanges (perftest's,
@@ -18,7 +16,7 @@ import (
 func listenOnDev(ctx context.Context, ifname string, port int) (net.Listener, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
-		if err := c.Control(func(fd uintptr) { serr = unix.BindToDevice(int(fd), ifname) }); err != nil {
+		if err := c.Control(func(fd uintptr) { serr = bindToDevice(int(fd), ifname) }); err != nil {
 			return err
 		}
 		if serr != nil {
