@@ -35,7 +35,11 @@ type RegCacheConfig struct {
 	MaxBytes   int64
 	// Fragment is the granularity, in bytes (a power of two), of the index
 	// that finds a registered region containing a buffer: each region is
-	// listed under every Fragment-aligned span of addresses it touches.
+	// listed under every Fragment-aligned span of addresses it touches, and
+	// a Get that is not an exact repeat scans the regions listed under its
+	// buffer's first byte. The default is 1 MiB rather than the seed's 16 MB
+	// because Go's allocator packs buffers densely: a 16 MB span can list
+	// hundreds of small regions.
 	Fragment int
 }
 
@@ -77,12 +81,22 @@ type RegCacheStats struct {
 //     region's keys are still in the device's table (a caller may have
 //     deregistered it; the entry is then dropped and counted as Stale). The
 //     price is that the cache keeps idle buffers from being collected until
-//     it lets them go: MaxBytes bounds that.
+//     it lets them go: MaxBytes bounds that. (Memory from syscall.Mmap is
+//     outside the collector: unmapping it while a region covers it is the
+//     caller's error, as with RegMR.)
 //   - The seed's idle counter is bumped by a once-a-second tick. Here each
 //     idle region remembers when it was released; Get and release
 //     deregister the expired ones they come across, and a timer, armed only
 //     while idle regions exist, for when the oldest expires, does it when
 //     nobody calls. An idle cache wakes nobody.
+//   - The seed's use count, raised per bulk transfer and lowered when the
+//     RDMA operation completes, is Get and release.
+//
+// What it saves is smaller here than on hardware: registering a region
+// pins and maps nothing (the engine reads and writes the slice), so a miss
+// costs a key draw, table updates and allocations (well under a
+// microsecond, docs/status.md), and a hit a lock, a map lookup and the
+// table check.
 //
 // A region may be larger than the buffer Get was given (a sub-slice of a
 // registered buffer hits its region); a peer given its rkey reaches all of
