@@ -50,7 +50,7 @@ type RegCacheStats struct {
 	Expired uint64 // regions deregistered after Idle unused
 	Evicted uint64 // idle regions deregistered to make room (MaxEntries, MaxBytes)
 	Stale   uint64 // regions found deregistered behind the cache's back, dropped
-	Entries int    // regions held now (in use or idle)
+	Entries int    // regions held now, in use or idle (registrations under way count)
 	Bytes   int64  // their bytes
 	InUse   int    // regions handed out and not yet released
 }
@@ -166,9 +166,6 @@ func (p *PD) newRegCache(cfg RegCacheConfig, now func() time.Duration, timers bo
 		frags:  make(map[uintptr][]*regEntry),
 	}, nil
 }
-
-// Config returns the configuration with the defaults filled in.
-func (c *RegCache) Config() RegCacheConfig { return c.cfg }
 
 // Get returns a registered region containing buf, with the cache's access,
 // and the function that releases it once the work requests using it have
