@@ -38,8 +38,8 @@ const (
 // layout is where everything of a port lives in its memfd.
 type layout struct {
 	mtu, ring, buffers, slots, slotSize, maxFrame int
-	ctl, desc, area                      [2]int
-	total                                int
+	ctl, desc, area                               [2]int
+	total                                         int
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

@@ -18,8 +18,8 @@ const (
 
 // Limits of Config.
 const (
-	MinMTU   = 68
-	MaxMTU   = 65000
+	MinMTU     = 68
+	MaxMTU     = 65000
 	MaxRing    = 1 << 15
 	MaxBuffers = 1 << 15
 )
