@@ -137,6 +137,7 @@ func (q *txQueue) put(bufs [][]byte) {
 func (q *txQueue) send(frames [][]byte, st *counts) (bool, error) {
 	var err error
 	start := q.prod
+	reclaimed := false
 	for _, f := range frames {
 		s := q.slot(f)
 		if s < 0 {
@@ -148,12 +149,14 @@ func (q *txQueue) send(frames [][]byte, st *counts) (bool, error) {
 			q.free = append(q.free, s)
 			continue
 		}
+		if q.prod-q.cons >= q.size && !reclaimed {
+			q.reclaim(st) // once a call: the peer's head is read at most once
+			reclaimed = true
+		}
 		if q.prod-q.cons >= q.size {
-			if q.reclaim(st); q.prod-q.cons >= q.size {
-				st.overflow++
-				q.free = append(q.free, s)
-				continue
-			}
+			st.overflow++
+			q.free = append(q.free, s)
+			continue
 		}
 		q.entry(q.prod).Store(uint64(uint32(s)*uint32(q.slotSize)) | uint64(len(f))<<32)
 		q.posSlot[q.prod&q.mask] = s
