@@ -39,8 +39,8 @@ func checkEnd(t testing.TB, d *Link, frames [][]byte) {
 		}
 	}
 	q := &d.tx
-	if inRing := int(q.prod - q.cons); inRing < 0 || inRing > int(q.size) || len(q.free)+q.held+inRing != len(q.taken) {
-		t.Fatalf("slot books: %d free + %d held + %d queued != %d slots", len(q.free), q.held, q.prod-q.cons, len(q.taken))
+	if inRing := int(q.prod - q.cons); inRing < 0 || inRing > int(q.size) || q.pool.Free()+q.held+inRing != q.slots {
+		t.Fatalf("slot books: %d free + %d held + %d queued != %d slots", q.pool.Free(), q.held, q.prod-q.cons, q.slots)
 	}
 }
 

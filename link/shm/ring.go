@@ -3,6 +3,8 @@ package shm
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/xdproce/xdproce/link/internal/bufpool"
 )
 
 // ring is one direction's control block and descriptors in the shared
@@ -43,34 +45,23 @@ func (r *ring) entry(i uint32) *atomic.Uint64 {
 // descriptors.
 type txQueue struct {
 	ring
-	area     []byte
-	base     uintptr
-	slotSize int
-	maxFrame int
-	budget   int     // buffers the caller may hold at once
-	held     int     // buffers the caller holds
-	prod     uint32  // next position to fill (published as tail)
-	cons     uint32  // positions before this are consumed (the peer's head, checked)
-	posSlot  []int32 // slot queued at each ring position
-	free     []int32 // free slots (stack)
-	taken    []bool  // slot held by the caller (from Alloc)
+	pool    bufpool.Pool // slots: free, held by the caller (taken), or queued
+	slots   int
+	budget  int     // buffers the caller may hold at once
+	held    int     // buffers the caller holds
+	prod    uint32  // next position to fill (published as tail)
+	cons    uint32  // positions before this are consumed (the peer's head, checked)
+	posSlot []int32 // slot queued at each ring position
 }
 
 func newTxQueue(mem []byte, l *layout, d int) txQueue {
 	q := txQueue{
-		ring:     newRing(mem, l, d),
-		area:     mem[l.area[d] : l.area[d]+l.slots*l.slotSize : l.area[d]+l.slots*l.slotSize],
-		slotSize: l.slotSize,
-		maxFrame: l.maxFrame,
-		budget:   l.buffers,
-		posSlot:  make([]int32, l.ring),
-		free:     make([]int32, l.slots),
-		taken:    make([]bool, l.slots),
+		ring:    newRing(mem, l, d),
+		slots:   l.slots,
+		budget:  l.buffers,
+		posSlot: make([]int32, l.ring),
 	}
-	q.base = uintptr(unsafe.Pointer(unsafe.SliceData(q.area)))
-	for i := range l.slots {
-		q.free[i] = int32(l.slots - 1 - i)
-	}
+	q.pool.InitOn(mem[l.area[d]:], l.slots, l.slotSize, l.maxFrame)
 	return q
 }
 
@@ -83,51 +74,34 @@ func (q *txQueue) reclaim(st *counts) {
 		return
 	}
 	for ; q.cons != h; q.cons++ {
-		q.free = append(q.free, q.posSlot[q.cons&q.mask])
+		q.pool.Release(q.posSlot[q.cons&q.mask])
 	}
 }
 
 func (q *txQueue) alloc(bufs [][]byte, st *counts) int {
 	want := min(len(bufs), q.budget-q.held)
-	if len(q.free) < want {
+	if q.pool.Free() < want {
 		q.reclaim(st)
 	}
-	n := min(want, len(q.free))
+	n := q.pool.Alloc(bufs[:want])
 	q.held += n
-	for i := range n {
-		s := q.free[len(q.free)-1]
-		q.free = q.free[:len(q.free)-1]
-		q.taken[s] = true
-		off := int(s) * q.slotSize
-		bufs[i] = q.area[off : off+q.maxFrame : off+q.maxFrame]
-	}
 	return n
 }
 
-// slot returns the slot b (a buffer from alloc, possibly resliced shorter)
-// starts at and takes it back from the caller, or -1 if b is not an
-// outstanding buffer.
-func (q *txQueue) slot(b []byte) int32 {
-	if cap(b) == 0 {
-		return -1
+// take takes b (a buffer from alloc, possibly resliced shorter) back from
+// the caller and returns its slot, or -1 if b is not an outstanding buffer.
+func (q *txQueue) take(b []byte) int32 {
+	s := q.pool.Take(b)
+	if s >= 0 {
+		q.held--
 	}
-	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - q.base
-	if off >= uintptr(len(q.area)) || off%uintptr(q.slotSize) != 0 {
-		return -1
-	}
-	s := int32(off / uintptr(q.slotSize))
-	if !q.taken[s] {
-		return -1
-	}
-	q.taken[s] = false
-	q.held--
 	return s
 }
 
 func (q *txQueue) put(bufs [][]byte) {
 	for _, b := range bufs {
-		if s := q.slot(b); s >= 0 {
-			q.free = append(q.free, s)
+		if s := q.take(b); s >= 0 {
+			q.pool.Release(s)
 		}
 	}
 }
@@ -139,14 +113,14 @@ func (q *txQueue) send(frames [][]byte, st *counts) (bool, error) {
 	start := q.prod
 	reclaimed := false
 	for _, f := range frames {
-		s := q.slot(f)
+		s := q.take(f)
 		if s < 0 {
 			err = errForeign
 			continue
 		}
 		if len(f) < minFrame {
 			err = errRunt
-			q.free = append(q.free, s)
+			q.pool.Release(s)
 			continue
 		}
 		if q.prod-q.cons >= q.size && !reclaimed {
@@ -155,10 +129,10 @@ func (q *txQueue) send(frames [][]byte, st *counts) (bool, error) {
 		}
 		if q.prod-q.cons >= q.size {
 			st.overflow++
-			q.free = append(q.free, s)
+			q.pool.Release(s)
 			continue
 		}
-		q.entry(q.prod).Store(uint64(uint32(s)*uint32(q.slotSize)) | uint64(len(f))<<32)
+		q.entry(q.prod).Store(uint64(q.pool.Offset(s)) | uint64(len(f))<<32)
 		q.posSlot[q.prod&q.mask] = s
 		q.prod++
 	}
