@@ -1,6 +1,7 @@
 // Package link defines Link, the interface through which the RoCE engine moves
 // batches of whole Ethernet frames, whatever carries them: AF_XDP sockets
-// (link/xsk), kernel UDP sockets (link/udp) or an in-memory pair (link/pipe).
+// (link/xsk), kernel UDP sockets (link/udp), a shared-memory port to another
+// process on the host (link/shm) or an in-memory pair (link/pipe).
 //
 // Buffer ownership: frames returned by Receive alias link-owned memory and stay
 // valid until the next Receive call; buffers returned by Alloc belong to the

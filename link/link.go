@@ -58,7 +58,7 @@ func Nap(l Link, timeout time.Duration) error {
 // Props describes a Link.
 type Props struct {
 	// Name says what carries the frames: "AF_XDP (native)", "AF_XDP
-	// (generic)", "UDP", "pipe".
+	// (generic)", "UDP", "shm", "pipe".
 	Name string
 	// MTU is the L3 MTU of the path; frames are at most MTU+18 bytes.
 	MTU int
