@@ -166,12 +166,13 @@ func (l *Link) sleep(timeout time.Duration, onFrame bool) error {
 	if l.closing.Load() {
 		return link.ErrClosed
 	}
-	if onFrame {
-		if l.rx.avail(nil) > 0 {
-			return nil
-		}
-		// Raise the flag, then look again: a frame published before the
-		// flag was seen is caught here, one after it brings a signal.
+	if onFrame && l.rx.avail(nil) > 0 {
+		return nil
+	}
+	// Raise the flag, then look again: a frame published before the flag
+	// was seen is caught here, one after it brings a signal.
+	flag := onFrame && timeout != 0
+	if flag {
 		l.rx.need.Store(1)
 		if l.rx.avail(nil) > 0 {
 			l.rx.need.Store(0)
@@ -183,7 +184,7 @@ func (l *Link) sleep(timeout time.Duration, onFrame bool) error {
 			return err
 		}
 	}
-	if onFrame {
+	if flag {
 		l.rx.need.Store(0)
 	}
 	switch {

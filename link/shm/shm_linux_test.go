@@ -339,3 +339,45 @@ func TestAttachRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseDuringUse: Close from another goroutine while the owner keeps
+// calling every method must not fault (the mapping goes only once no call
+// is inside it); the owner then gets link.ErrClosed.
+func TestCloseDuringUse(t *testing.T) {
+	for range 20 {
+		d, c := newPair(t, shm.Config{Ring: 16})
+		done := make(chan error)
+		go func() {
+			bufs := make([][]byte, 4)
+			frames := make([][]byte, 8)
+			for {
+				k := d.Alloc(bufs)
+				for i := range k {
+					bufs[i] = bufs[i][:100]
+				}
+				err := d.Send(bufs[:k])
+				if _, rerr := d.Receive(frames); rerr != nil || errors.Is(err, link.ErrClosed) {
+					done <- rerr
+					return
+				}
+				d.Wait(0)
+				d.Free(bufs[:0])
+			}
+		}()
+		go func() {
+			frames := make([][]byte, 8)
+			for {
+				if _, err := c.Receive(frames); err != nil {
+					return
+				}
+				c.Wait(time.Millisecond)
+			}
+		}()
+		time.Sleep(2 * time.Millisecond)
+		d.Close()
+		if err := <-done; !errors.Is(err, link.ErrClosed) {
+			t.Fatalf("owner's Receive after a concurrent Close: %v", err)
+		}
+		c.Close()
+	}
+}
