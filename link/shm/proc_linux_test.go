@@ -36,7 +36,9 @@ func TestMain(m *testing.M) {
 //   - "echo": attach the port it receives and send back every frame until
 //     the parent goes;
 //   - "hang": attach the port it receives, say so, and sleep;
-//   - "create": create a port, pass its descriptors, say so, and sleep.
+//   - "create": create a port, pass its descriptors, say so, and sleep;
+//   - "sink": attach the port it receives and count the frames, writing
+//     the count to the parent at each frame starting with 0xff.
 func child(role string) error {
 	f := os.NewFile(3, "parent")
 	fc, err := net.FileConn(f)
@@ -62,7 +64,11 @@ func child(role string) error {
 			return err
 		}
 	}
-	if role != "echo" {
+	switch role {
+	case "sink":
+		return sink(l, conn)
+	case "echo":
+	default:
 		conn.Write([]byte("R"))
 		time.Sleep(time.Minute)
 		return errors.New("not killed within a minute")
@@ -90,9 +96,36 @@ func child(role string) error {
 	}
 }
 
+// sink counts the frames it receives until the parent goes, reading one
+// byte of each; at a frame starting with 0xff it writes the count so far.
+func sink(l *shm.Link, conn *net.UnixConn) error {
+	frames := make([][]byte, 64)
+	count, sum := 0, 0
+	for {
+		n, err := l.Receive(frames)
+		if err != nil {
+			return err
+		}
+		for _, f := range frames[:n] {
+			count++
+			sum += int(f[len(f)-1])
+			if f[0] == 0xff {
+				fmt.Fprintf(conn, "%d\n", count)
+			}
+		}
+		if n == 0 {
+			if err := l.Wait(-1); errors.Is(err, shm.ErrPeerGone) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+}
+
 // startChild re-executes the test binary in role, connected by a unix
 // socket pair; it is killed at the end of the test.
-func startChild(t *testing.T, role string) (*exec.Cmd, *net.UnixConn) {
+func startChild(t testing.TB, role string) (*exec.Cmd, *net.UnixConn) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {

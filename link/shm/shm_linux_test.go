@@ -381,3 +381,46 @@ func TestCloseDuringUse(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestNap: a frame arriving during Nap does not cost the sender a signal
+// nor end the nap; it waits in the ring. Wake ends a nap at once.
+func TestNap(t *testing.T) {
+	d, c := newPair(t, shm.Config{Ring: 16})
+	c.Wait(0)
+	sent := make(chan error, 1)
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		bufs := make([][]byte, 1)
+		if d.Alloc(bufs) != 1 {
+			sent <- errors.New("no buffer")
+			return
+		}
+		bufs[0] = frame(bufs[0], 1, 100)
+		sent <- d.Send(bufs)
+	}()
+	start := time.Now()
+	if err := c.Nap(80 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 60*time.Millisecond {
+		t.Errorf("Nap(80ms) ended after %v: woken by the frame", el)
+	}
+	recvN(t, c, 1, 1, 100, time.Second)
+	if st := d.Stats(); st.Wakeups != 0 {
+		t.Errorf("the sender signalled a napping receiver: %+v", st)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		c.Wake()
+	}()
+	start = time.Now()
+	if err := c.Nap(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Nap ended %v after a Wake 10ms in", el)
+	}
+}
