@@ -86,9 +86,11 @@ func TestPrivilegedRelayFaults(t *testing.T) {
 
 // TestPrivilegedSoak: mixed traffic on 16 queue pairs through the faulty
 // relay for -soak (20 s by default; CI's long run uses 2m): no data error,
-// memory (RSS) in the last quarter within 10 % + 16 MiB of the first
-// quarter's, the live heap (after a GC, every 5 s) growing by less than
-// 4 MiB, and no goroutine growth.
+// the settled RSS (after a GC and debug.FreeOSMemory, every 5 s) at the end
+// within 10 % + 16 MiB of the first sample's, the live heap growing by less
+// than 4 MiB, and no goroutine growth. (The peak RSS of each quarter is
+// logged, not checked: with an 82 MiB live heap it follows the GC's pacing,
+// which moves with the machine's load, not with leaks.)
 func TestPrivilegedSoak(t *testing.T) {
 	netlab.Privileged(t)
 	topo := netlab.Relayed(t, netlab.LinkConfig{}, faultyRelay(11))
@@ -103,6 +105,7 @@ func TestPrivilegedSoak(t *testing.T) {
 	}
 	var samples []sample
 	var heap []uint64
+	var settled []int64
 	res := runTraffic(t, a, b, trafficConfig{conns: 16, dur: *soak, opts: relayOptions(), window: relayWindow,
 		progress: func(moved int64, el time.Duration) {
 			samples = append(samples, sample{el, moved, rss(t), runtime.NumGoroutine()})
@@ -111,6 +114,7 @@ func TestPrivilegedSoak(t *testing.T) {
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
 				heap = append(heap, ms.HeapAlloc)
+				settled = append(settled, settledRSS(t))
 			}
 		}})
 	t.Logf("soak %v: %v", *soak, res)
@@ -136,10 +140,12 @@ func TestPrivilegedSoak(t *testing.T) {
 	}
 	t.Logf("RSS max first quarter %.1f MiB, last quarter %.1f MiB; goroutines %d at start, max %d / %d in the first / last quarter; slowest second moved %.1f MiB",
 		mib(first), mib(last), g0, gFirst, gLast, float64(worst)/(1<<20))
-	if *soak < 15*time.Second { // the first seconds are warm-up
+	if *soak < 15*time.Second || len(settled) < 2 { // the first seconds are warm-up
 		t.Logf("soak shorter than 15 s: memory trend not checked")
-	} else if last > first+first/10+16<<20 {
-		t.Errorf("memory grew: %.1f MiB → %.1f MiB", mib(first), mib(last))
+	} else if s0, s1 := settled[0], settled[len(settled)-1]; s1 > s0+s0/10+16<<20 {
+		t.Errorf("settled RSS grew: %.1f MiB at 5 s → %.1f MiB at the end", mib(s0), mib(s1))
+	} else {
+		t.Logf("settled RSS: %.1f MiB at 5 s, %.1f MiB at the end", mib(s0), mib(s1))
 	}
 	if len(heap) >= 2 && *soak >= 15*time.Second {
 		h0, h1 := heap[0], heap[len(heap)-1]
