@@ -208,6 +208,9 @@ func (c *Conn) recvValue(ctx context.Context, v any) error {
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > MaxFrame {
+		if why := notControl(hdr[:]); why != "" {
+			return fmt.Errorf("receive from %v: %w: %s", c.nc.RemoteAddr(), ErrProtocol, why)
+		}
 		return fmt.Errorf("receive from %v: %w: frame of %d bytes (limit %d; is the peer xdproce?)", c.nc.RemoteAddr(), ErrProtocol, n, MaxFrame)
 	}
 	if cap(c.rbuf) < int(n) {

@@ -23,6 +23,16 @@
 //     Clients retry the connection with backoff for a configurable time, since a server may
 //     still be starting.
 //
+// Two xdproce ends of the pingpong or perftest exchange recognise each other inside it and agree
+// on the run's parameters (Negotiation, negotiate.go): each picks its first PSN as TagPSN of its
+// other address fields; a server that reads a client's address whose PSN is its tag answers
+// with a hello of the same length instead of its own address; the client then sends its
+// BenchParams as one frame and the server answers with the values both use or a refusal
+// (ErrParamMismatch). Both return *AgreedError, and the caller runs the stock exchange again on
+// the same connection with the agreed values. A stock peer receives exactly the tool's
+// messages (a PSN is a random number to it); only a stock client whose random PSN equals the
+// tag (one in 2^24) would get the hello, and stop with a read error.
+//
 // The protocol types are plain values and know nothing of queue pairs or devices: the caller
 // moves its QP through INIT/RTR/RTS between the steps (the callbacks of ServePingpong and
 // PerftestSetup are where that happens); internal/toolpeer drives a roce queue pair through
@@ -31,6 +41,8 @@
 // ExchangeRC is the common case, one RC endpoint and memory region each way.
 //
 // Errors: ErrVersionMismatch, ErrFingerprintMismatch, ErrProtocol, ErrAuth, ErrCapability,
-// ErrTLSRequired and ErrNoAuth are sentinels callers may branch on (errors.Is); dial failures keep the net error (connection refused, no route to host)
-// reachable through %w and name the address and how long the client retried.
+// ErrTLSRequired, ErrNoAuth, ErrParamMismatch and ErrControlPeer (a bench or pingpong client
+// reached 'xdproce serve') are sentinels callers may branch on (errors.Is); dial failures keep
+// the net error (connection refused, no route to host) reachable through %w and name the
+// address and how long the client retried.
 package cm

@@ -11,6 +11,9 @@ var (
 	ErrFingerprintMismatch = errors.New("tls certificate fingerprint mismatch")
 	// ErrRemote: the peer answered a request with an error message (the text follows).
 	ErrRemote = errors.New("peer reported an error")
+	// ErrControlPeer: a perftest or pingpong exchange reached a peer that speaks xdproce's
+	// control protocol ('xdproce serve') instead.
+	ErrControlPeer = errors.New("the peer speaks xdproce's control protocol")
 )
 
 var (

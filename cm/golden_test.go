@@ -180,35 +180,10 @@ func TestPerftestGolden(t *testing.T) {
 	} {
 		t.Run(tc.test.String(), func(t *testing.T) {
 			segs := capturedExchange(t, tc.file)
-			// Each side's keys, as the tool sent them: its first key message.
-			var keys [2]PerftestDest // [client, server]
-			var reports [2]PerftestReport
-			var rep [2][]uint64
-			for _, s := range segs {
-				side := 1
-				if s.FromClient {
-					side = 0
-				}
-				switch len(s.Data) {
-				case PerftestKeyLen:
-					if keys[side].QPN == 0 {
-						d, err := UnmarshalPerftestDest(s.Data)
-						if err != nil {
-							t.Fatal(err)
-						}
-						keys[side] = d
-					}
-				case 8:
-					rep[side] = append(rep[side], binary.BigEndian.Uint64(s.Data))
-				}
-			}
+			keys, reports, nrep := capturedKeys(t, segs)
 			for side := range 2 {
-				if tc.test.Plan().Reports != (len(rep[side]) == 5) {
-					t.Fatalf("side %d: %d report fields in the capture, plan says reports=%v", side, len(rep[side]), tc.test.Plan().Reports)
-				}
-				if len(rep[side]) == 5 {
-					r := rep[side]
-					reports[side] = PerftestReport{Size: r[0], Iters: r[1], BWPeak: math.Float64frombits(r[2]), BWAvg: math.Float64frombits(r[3]), MsgRate: math.Float64frombits(r[4])}
+				if tc.test.Plan().Reports != (nrep[side] == 5) {
+					t.Fatalf("side %d: %d report fields in the capture, plan says reports=%v", side, nrep[side], tc.test.Plan().Reports)
 				}
 			}
 			if tc.test == WriteBW {
@@ -267,6 +242,38 @@ func TestPerftestGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// capturedKeys gives each side's keys as the tool sent them (its first key message) and its
+// bandwidth report, [client, server], with the number of report fields each sent.
+func capturedKeys(t *testing.T, segs []segment) (keys [2]PerftestDest, reports [2]PerftestReport, fields [2]int) {
+	t.Helper()
+	var rep [2][]uint64
+	for _, s := range segs {
+		side := 1
+		if s.FromClient {
+			side = 0
+		}
+		switch len(s.Data) {
+		case PerftestKeyLen:
+			if keys[side].QPN == 0 {
+				d, err := UnmarshalPerftestDest(s.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys[side] = d
+			}
+		case 8:
+			rep[side] = append(rep[side], binary.BigEndian.Uint64(s.Data))
+		}
+	}
+	for side, r := range rep {
+		fields[side] = len(r)
+		if len(r) == 5 {
+			reports[side] = PerftestReport{Size: r[0], Iters: r[1], BWPeak: math.Float64frombits(r[2]), BWAvg: math.Float64frombits(r[3]), MsgRate: math.Float64frombits(r[4])}
+		}
+	}
+	return keys, reports, fields
 }
 
 // sameReport compares reports bit for bit (a server's unfilled report may hold NaN patterns).

@@ -97,12 +97,12 @@ func (c *Conn) serverHello(ctx context.Context, l *Listener) error {
 	if err == io.EOF {
 		return fmt.Errorf("hello: %w: %v closed the connection before its hello", ErrProtocol, c.nc.RemoteAddr())
 	}
-	if err != nil {
-		return fmt.Errorf("hello: %w", err)
-	}
 	refuse := func(err error) error {
 		c.sendMsg(ctx, &Message{Type: TypeError, Error: err.Error()})
 		return err
+	}
+	if err != nil {
+		return c.refuseForeign(ctx, fmt.Errorf("hello: %w", err))
 	}
 	if err := checkHello(m, "client"); err != nil {
 		return refuse(err)

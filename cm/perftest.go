@@ -207,29 +207,91 @@ func (c *PerftestConn) RemoteVersion() string { return c.remoteVersion }
 
 // Exchange sends mine and receives the peer's message of the same size, in perftest's order.
 func (c *PerftestConn) Exchange(ctx context.Context, mine []byte) ([]byte, error) {
+	if c.Client {
+		if err := c.write(ctx, mine); err != nil {
+			return nil, err
+		}
+	}
+	theirs, err := c.read(ctx, len(mine))
+	if err != nil {
+		return nil, err
+	}
+	if !c.Client {
+		if err := c.write(ctx, mine); err != nil {
+			return nil, err
+		}
+	}
+	return theirs, nil
+}
+
+// bound sets the deadline of one message (Timeout, default 60 s) and ends it with ctx.
+func (c *PerftestConn) bound(ctx context.Context) func() {
 	to := c.Timeout
 	if to == 0 {
 		to = 60 * time.Second
 	}
 	// The deadline first: a context that has already ended moves it into the past at once.
 	c.Conn.SetDeadline(time.Now().Add(to))
-	defer c.Conn.SetDeadline(time.Time{})
-	defer watchContext(ctx, c.Conn)()
-	theirs := make([]byte, len(mine))
+	stop := watchContext(ctx, c.Conn)
+	return func() { stop(); c.Conn.SetDeadline(time.Time{}) }
+}
+
+func (c *PerftestConn) write(ctx context.Context, b []byte) error {
+	defer c.bound(ctx)()
+	if _, err := c.Conn.Write(b); err != nil {
+		return ctxErr(ctx, fmt.Errorf("cm: perftest: send %d bytes: %w", len(b), err))
+	}
+	return nil
+}
+
+func (c *PerftestConn) read(ctx context.Context, n int) ([]byte, error) {
+	defer c.bound(ctx)()
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.Conn, b); err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("cm: perftest: read %d bytes: %w", n, eofProtocol(err)))
+	}
+	return b, nil
+}
+
+// keyHandShake is the handshake that carries the keys. On a connection with a Negotiation it
+// is where two xdproce ends recognise each other (negotiate.go): the server answers a tagged
+// client with the hello instead of its keys, and both return the agreement.
+func (c *PerftestConn) keyHandShake(ctx context.Context, local PerftestDest) (PerftestDest, error) {
+	n := negotiation(c.Conn)
+	if n == nil {
+		return c.HandShake(ctx, local)
+	}
+	msg, err := local.Marshal()
+	if err != nil {
+		return PerftestDest{}, err
+	}
 	if c.Client {
-		if _, err := c.Conn.Write(mine); err != nil {
-			return nil, ctxErr(ctx, fmt.Errorf("cm: perftest: send %d bytes: %w", len(mine), err))
+		b, err := c.Exchange(ctx, msg)
+		if err != nil {
+			return PerftestDest{}, err
 		}
-	}
-	if _, err := io.ReadFull(c.Conn, theirs); err != nil {
-		return nil, ctxErr(ctx, fmt.Errorf("cm: perftest: read %d bytes: %w", len(mine), eofProtocol(err)))
-	}
-	if !c.Client {
-		if _, err := c.Conn.Write(mine); err != nil {
-			return nil, ctxErr(ctx, fmt.Errorf("cm: perftest: send %d bytes: %w", len(mine), err))
+		if isBenchHello(b) {
+			return PerftestDest{}, n.askServer(ctx, c.Conn, b)
 		}
+		remote, err := UnmarshalPerftestDest(b)
+		if err == nil && n.Stock != nil {
+			err = n.Stock()
+		}
+		return remote, err
 	}
-	return theirs, nil
+	b, err := c.read(ctx, len(msg))
+	if err != nil {
+		return PerftestDest{}, err
+	}
+	remote, err := UnmarshalPerftestDest(b)
+	if err != nil {
+		return remote, err
+	}
+	tagged := remote.PSN == TagPSN(remote.QPN, remote.GID, remote.RKey, remote.VAddr)
+	if handled, err := n.answerClient(ctx, c.Conn, tagged, len(msg)); handled || err != nil {
+		return remote, err
+	}
+	return remote, c.write(ctx, msg)
 }
 
 // ExchangeVersions sends version (PerftestVersion when empty) as 16 NUL-padded bytes and
@@ -246,6 +308,9 @@ func (c *PerftestConn) ExchangeVersions(ctx context.Context, version string) (st
 	b, err := c.Exchange(ctx, msg)
 	if err != nil {
 		return "", err
+	}
+	if controlFrameStart(b) {
+		return "", controlPeerErr("perftest: versions")
 	}
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
@@ -413,7 +478,7 @@ func (c *PerftestConn) Setup(ctx context.Context, t PerftestTest, s PerftestSetu
 	if err != nil {
 		return PerftestDest{}, 0, err
 	}
-	remote, err := c.HandShake(ctx, s.Local)
+	remote, err := c.keyHandShake(ctx, s.Local)
 	if err != nil {
 		return PerftestDest{}, 0, err
 	}

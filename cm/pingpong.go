@@ -85,7 +85,9 @@ func UnmarshalPingpongDest(b []byte) (PingpongDest, error) {
 
 // DialPingpong runs the client side of the pingpong exchange on conn: it sends local, reads
 // the server's address and sends "done". The server has moved its QP to RTR before it answers,
-// so the client may send as soon as its own QP is ready.
+// so the client may send as soon as its own QP is ready. On a connection wrapped by a
+// Negotiation, an xdproce server answers with a hello instead and the agreement is returned
+// (*AgreedError or the refusal; see negotiate.go).
 func DialPingpong(ctx context.Context, conn net.Conn, local PingpongDest) (PingpongDest, error) {
 	defer watchContext(ctx, conn)()
 	msg, err := local.Marshal()
@@ -97,11 +99,26 @@ func DialPingpong(ctx context.Context, conn net.Conn, local PingpongDest) (Pingp
 	}
 	buf := make([]byte, PingpongMsgLen)
 	if _, err := io.ReadFull(conn, buf); err != nil {
+		if controlFrameStart(buf) {
+			return PingpongDest{}, controlPeerErr("pingpong: read server address")
+		}
 		return PingpongDest{}, ctxErr(ctx, fmt.Errorf("cm: pingpong: read server address: %w", eofProtocol(err)))
+	}
+	if controlFrameStart(buf) {
+		return PingpongDest{}, controlPeerErr("pingpong: read server address")
+	}
+	n := negotiation(conn)
+	if n != nil && isBenchHello(buf) {
+		return PingpongDest{}, n.askServer(ctx, conn, buf)
 	}
 	remote, err := UnmarshalPingpongDest(buf)
 	if err != nil {
 		return PingpongDest{}, err
+	}
+	if n != nil && n.Stock != nil {
+		if err := n.Stock(); err != nil {
+			return remote, err
+		}
 	}
 	if _, err := conn.Write(pingpongDone); err != nil {
 		return remote, ctxErr(ctx, fmt.Errorf("cm: pingpong: send done: %w", err))
@@ -111,7 +128,9 @@ func DialPingpong(ctx context.Context, conn net.Conn, local PingpongDest) (Pingp
 
 // ServePingpong runs the server side of the pingpong exchange on an accepted conn: it reads the
 // client's address, calls connect (move the QP to RTR/RTS there; an error aborts the exchange
-// and closes nothing), sends local and waits for the client's "done".
+// and closes nothing), sends local and waits for the client's "done". On a connection wrapped by
+// a Negotiation, a client whose PSN is its tag gets a hello instead and the agreement is
+// returned before connect runs.
 func ServePingpong(ctx context.Context, conn net.Conn, local PingpongDest, connect func(remote PingpongDest) error) (PingpongDest, error) {
 	defer watchContext(ctx, conn)()
 	buf := make([]byte, PingpongMsgLen)
@@ -121,6 +140,12 @@ func ServePingpong(ctx context.Context, conn net.Conn, local PingpongDest, conne
 	remote, err := UnmarshalPingpongDest(buf)
 	if err != nil {
 		return PingpongDest{}, err
+	}
+	if n := negotiation(conn); n != nil {
+		tagged := remote.PSN == TagPSN(remote.QPN, remote.GID, 0, 0)
+		if handled, err := n.answerClient(ctx, conn, tagged, PingpongMsgLen); handled || err != nil {
+			return remote, err
+		}
 	}
 	if connect != nil {
 		if err := connect(remote); err != nil {

@@ -201,14 +201,18 @@ func (l *Listener) peekTLS(ctx context.Context, nc net.Conn) (net.Conn, bool) {
 }
 
 // refusePlain answers a plain-TCP client of a TLS server with one error frame that says what
-// to do, and closes the connection.
+// to do (or, to a perftest or pingpong client, what this is), and closes the connection.
 func (l *Listener) refusePlain(ctx context.Context, nc net.Conn) error {
 	defer nc.Close()
 	c := newConn(nc, l.timeout)
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	if _, err := c.recv(ctx); err == nil {
+	_, err := c.recv(ctx)
+	switch {
+	case err == nil:
 		c.sendMsg(ctx, &Message{Type: TypeError, Error: fmt.Sprintf("server requires TLS (--tls-fingerprint %s)", l.fingerprint)})
+	case errors.Is(err, ErrProtocol):
+		return fmt.Errorf("cm: client %v: %w", nc.RemoteAddr(), c.refuseForeign(ctx, fmt.Errorf("hello: %w", err)))
 	}
 	return fmt.Errorf("cm: client %v: %w: it spoke plain TCP (refused)", nc.RemoteAddr(), ErrTLSRequired)
 }

@@ -23,6 +23,23 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "write", "--dev", "lo", "--qps", "0"}, "--qps 0"},
 		{[]string{"bench", "atomic", "--dev", "lo", "--atomic-op", "xor"}, `--atomic-op "xor"`},
 		{[]string{"bench", "write", "a", "b", "--dev", "lo"}, "want TEST [HOST]"},
+		// An explicit 0 is a mistake, not the default (it used to run the default silently).
+		{[]string{"bench", "write", "--dev", "lo", "--size", "0"}, "--size 0: want 1 byte to 1GiB"},
+		{[]string{"bench", "write", "--dev", "lo", "-s", "0"}, "--size 0: want 1 byte to 1GiB"},
+		{[]string{"bench", "atomic", "--dev", "lo", "--size", "0"}, "--size 0: want 1 byte to 1GiB"},
+		{[]string{"bench", "write", "--dev", "lo", "--iters", "0"}, "--iters 0: want at least 1"},
+		{[]string{"bench", "lat", "--dev", "lo", "-n", "0"}, "--iters 0: want at least 1"},
+		{[]string{"bench", "write", "--dev", "lo", "-q", "0"}, "--qps 0"},
+		{[]string{"bench", "write", "--dev", "lo", "-R"}, "-R: not yet: RDMA CM"},
+		{[]string{"bench", "write", "--dev", "lo", "-m", "1500"}, "-m 1500: want 256"},
+		{[]string{"bench", "write", "--dev", "lo", "-x", "-2"}, "-x -2"},
+		{[]string{"bench", "write", "--dev", "lo", "--report_gbits"}, "--report_gbits is for --perftest"},
+		{[]string{"bench", "write", "--dev", "lo", "-a", "--size", "4096"}, "-a runs every size; give no --size"},
+		{[]string{"bench", "atomic", "--dev", "lo", "-a"}, "-a: atomics move 8 bytes"},
+		{[]string{"bench", "write", "--dev", "lo", "-D", "5", "-n", "100"}, "-D sets the iterations; give no --iters"},
+		{[]string{"bench", "write", "--dev", "lo", "-D", "-1"}, "-D -1: want a positive number of seconds"},
+		{[]string{"bench", "write", "--dev", "lo", "-D", "5", "-a"}, "-D and -a exclude each other"},
+		{[]string{"bench", "write", "--dev", "lo", "-a", "--perftest"}, "-a prints xdproce's table"},
 	} {
 		oneErrorLine(t, strings.Join(tt.args, " "), runBinary(t, tt.args...), 2, tt.want)
 	}

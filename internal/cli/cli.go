@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -44,6 +43,7 @@ var commands = []*Command{
 	benchCommand,
 	pingpongCommand,
 	demoCommand,
+	versionCommand,
 }
 
 // UsageError is a mistake in the command line: an unknown subcommand or
@@ -79,34 +79,6 @@ const (
 	envLogLevel = "XDPROCE_LOG_LEVEL"
 )
 
-// Version returns the module version and VCS revision the binary was built
-// from, as far as the build recorded them.
-func Version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "-dirty"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if rev != "" {
-		v += " (" + rev + dirty + ")"
-	}
-	return v + " " + bi.GoVersion
-}
-
 // Run runs the xdproce command line args (without the program name), writing
 // data to stdout and diagnostics to stderr. It returns nil on success and
 // after printing help; a *UsageError for command-line mistakes; any other
@@ -136,7 +108,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	name := rest[0]
 	if name == "help" {
-		if len(rest) == 1 {
+		if len(rest) == 1 || rest[1] == "-h" || rest[1] == "--help" || rest[1] == "-help" {
 			printMainHelp(stdout, fs)
 			return nil
 		}
@@ -297,6 +269,9 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	for _, f := range all {
 		arg, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name // the tools' single-letter flags, as their users write them
+		}
 		if arg != "" {
 			line += " " + arg
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -480,5 +481,37 @@ func TestDumpTruncated(t *testing.T) {
 	r := runBinary(t, "dump", "--verify", "../../testdata/malformed/truncated.pcapng")
 	if r.code != 0 || !strings.Contains(r.stderr, "warning") || r.stdout == "" {
 		t.Errorf("dump --verify truncated.pcapng: exit %d, stderr %q, %d bytes out", r.code, r.stderr, len(r.stdout))
+	}
+}
+
+// TestVersionCommand: 'xdproce version' prints the module, and the VCS
+// revision, its time and whether the checkout was modified when the build
+// recorded them (this test binary's build may not: GOFLAGS=-buildvcs=false,
+// or a git worktree, which go build does not stamp).
+func TestVersionCommand(t *testing.T) {
+	r := runBinary(t, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "xdproce ") || !strings.Contains(r.stdout, "\nmodule   github.com/xdproce/xdproce ") ||
+		!strings.Contains(r.stdout, "\ngo       go1.") {
+		t.Errorf("version: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/xdproce/xdproce", Version: "v0.3.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0155fc4d99f2a3eba74ac22ea2b24620027be1c7"},
+			{Key: "vcs.time", Value: "2026-11-25T12:30:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	want := "xdproce v0.3.0 (0155fc4d99f2-dirty) go1.26.8\nmodule   github.com/xdproce/xdproce v0.3.0\n" +
+		"revision 0155fc4d99f2a3eba74ac22ea2b24620027be1c7 (modified)\ntime     2026-11-25T12:30:00Z\ngo       go1.26.8"
+	if got := strings.Join(versionLines(bi), "\n"); got != want {
+		t.Errorf("lines:\n%s\nwant:\n%s", got, want)
+	}
+	bi.Settings = nil
+	if got := strings.Join(versionLines(bi), "\n"); got != "xdproce v0.3.0 go1.26.8\nmodule   github.com/xdproce/xdproce v0.3.0\ngo       go1.26.8" {
+		t.Errorf("without VCS: %q", got)
+	}
+	if r := runBinary(t, "version", "x"); r.code != 2 {
+		t.Errorf("version x: exit %d", r.code)
+	}
+	for _, args := range [][]string{{"help", "-h"}, {"help", "--help"}, {"help", "version"}, {"version", "-h"}} {
+		if r := runBinary(t, args...); r.code != 0 || !strings.Contains(r.stdout, "USAGE") {
+			t.Errorf("%q: exit %d, %q", args, r.code, r.stderr)
+		}
 	}
 }

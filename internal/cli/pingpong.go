@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/internal/toolpeer"
@@ -27,6 +29,16 @@ TCP 18515), so the peer may be ibv_rc_pingpong itself over rxe or another
 xdproce. It carries queue pair numbers unauthenticated: pingpong is for tests
 between hosts you control, not for untrusted networks.
 
+Two xdproce ends recognise each other inside that exchange (by the PSNs they
+pick; ibv_rc_pingpong sees nothing else) and agree on -s and -n first: a side
+not given one takes the other's, and values given on both sides that differ
+end both with one line naming both. Against ibv_rc_pingpong nothing is
+agreed: give both the same -s and -n; the run is bounded (30 s, and 1 ms plus
+the bytes at 20 MB/s per message), so a mismatch ends in an error instead of
+a wait. The server listens on every address, runs once and exits; the
+exchange is unauthenticated, as rdma-core's: a benchmark tool, not for
+networks whose peers you do not trust.
+
 The flags mean what ibv_rc_pingpong's do: -g the GID index (as 'xdproce info'
 lists the GIDs: 1 is the first IPv4 address; by default the GID of the
 address the TCP connection uses), -s the message size, -n the iterations,
@@ -42,7 +54,7 @@ iterations with the time per iteration. Standard error ends with the link,
 the path MTU and how many packets xdproce had to retransmit.
 
 EXAMPLES
-  sudo xdproce pingpong --dev eth1                                    # server
+  sudo xdproce pingpong --dev eth1                                    # server: takes -s and -n
   sudo xdproce pingpong --dev eth1 -g 1 -s 3000 -n 20 198.51.100.1    # client
   ibv_rc_pingpong -d rxe0 -g 1 -s 64 -n 20 &  xdproce pingpong --dev eth1 --link udp 198.51.100.2`,
 	Setup: setupPingpong,
@@ -112,7 +124,8 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 				return usageErrorf(cmd, "-g %d: %s has %d GIDs (see 'xdproce info')", *gidx, dev.Name(), len(dev.GIDs()))
 			}
 		}
-		p := &pingpong{env: env, dev: dev.Device, size: *size, iters: *iters, mtu: pathMTU, sgid: sgid}
+		p := &pingpong{env: env, dev: dev.Device, size: *size, iters: *iters, mtu: pathMTU, sgid: sgid,
+			set: explicitFlags(fs, map[string]string{"s": "size", "n": "iters"})}
 		var conn net.Conn
 		client := len(args) == 1
 		if client {
@@ -124,10 +137,10 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 			return fmt.Errorf("pingpong: %w", interrupted(ctx, err))
 		}
 		defer conn.Close()
-		res, err := p.run(ctx, conn, client)
+		res, err := p.agreeAndRun(ctx, conn, client)
 		st := dev.Stats()
 		if err != nil {
-			return fmt.Errorf("pingpong: %w (retransmissions %d)", interrupted(ctx, err), st.Retransmits)
+			return fmt.Errorf("pingpong: %w (retransmissions %d)", interrupted(ctx, notToolServer(err, "pingpong")), st.Retransmits)
 		}
 		for _, l := range res.Lines() {
 			fmt.Fprintln(env.Stdout, l)
@@ -155,6 +168,37 @@ type pingpong struct {
 	iters int
 	mtu   roce.MTU
 	sgid  netip.Addr // zero: from the connection's local address
+	set   []string   // the parameters given on the command line (cm.BenchParams.Set)
+	// budgetBase is the fixed part of the run's budget (0: budgetBase).
+	budgetBase time.Duration
+}
+
+// agreeAndRun runs the exchange on conn within the run's budget. Against
+// another xdproce the two ends first agree on -s and -n (cm.Negotiation):
+// a side not given one takes the other's, and values given on both sides
+// must be equal; then the exchange runs again with them.
+func (p *pingpong) agreeAndRun(ctx context.Context, conn net.Conn, client bool) (toolpeer.PingpongResult, error) {
+	n := &cm.Negotiation{Local: cm.BenchParams{Op: "pingpong", Size: p.size, Iters: p.iters, QPs: 1, Set: p.set},
+		Flags: map[string]string{"size": "-s", "iters": "-n"}}
+	bctx, cancel := withBudget(ctx, p.budgetBase, p.size, p.iters, 1)
+	defer cancel()
+	res, err := p.run(bctx, n.Conn(conn), client)
+	var ae *cm.AgreedError
+	if !errors.As(err, &ae) {
+		return res, budgetErr(bctx, err)
+	}
+	if ae.Params.Size != p.size || ae.Params.Iters != p.iters {
+		fmt.Fprintf(p.env.Stderr, "pingpong: agreed with the xdproce peer on -s %d -n %d\n", ae.Params.Size, ae.Params.Iters)
+	}
+	p.size, p.iters = ae.Params.Size, ae.Params.Iters
+	if p.iters > roce.MaxWR {
+		return res, fmt.Errorf("the peer asks for -n %d, more than %d", p.iters, roce.MaxWR)
+	}
+	cancel()
+	bctx, cancel = withBudget(ctx, p.budgetBase, p.size, p.iters, 1)
+	defer cancel()
+	res, err = p.run(bctx, conn, client)
+	return res, budgetErr(bctx, err)
 }
 
 // accept waits for one client on port.
@@ -167,14 +211,7 @@ func (p *pingpong) accept(ctx context.Context, port int) (net.Conn, error) {
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	fmt.Fprintf(p.env.Stderr, "pingpong: waiting for the client on port %d of %s only (over %s)\n", port, p.dev.Name(), p.dev.LinkName())
-	c, err := ln.Accept()
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("accept: %w", err)
-	}
-	return c, nil
+	return acceptOne(ctx, ln)
 }
 
 // run makes the queue pair and buffer and runs ibv_rc_pingpong's exchange
@@ -201,5 +238,10 @@ func (p *pingpong) run(ctx context.Context, conn net.Conn, client bool) (toolpee
 	opts := roce.DefaultConnectOptions()
 	opts.SGID, opts.PathMTU = gid, p.mtu
 	peer := &toolpeer.Peer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid), Connect: &opts}
-	return peer.Pingpong(ctx, conn, client, p.size, p.iters)
+	peer.PSN = cm.TagPSN(q.QPN(), peer.GID, 0, 0) // how another xdproce recognises this side
+	res, err := peer.Pingpong(ctx, conn, client, p.size, p.iters)
+	if ae := (*cm.AgreedError)(nil); errors.As(err, &ae) {
+		q.Destroy() // never connected: the exchange runs again with the agreed values
+	}
+	return res, err
 }

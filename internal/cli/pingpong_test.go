@@ -24,6 +24,7 @@ func TestPingpongUsageErrors(t *testing.T) {
 		{[]string{"pingpong"}, "--dev IF is required"},
 		{[]string{"pingpong", "--dev", "lo", "a", "b"}, "want at most one HOST"},
 		{[]string{"pingpong", "--dev", "lo", "-s", "0"}, "-s 0: want 1 byte"},
+		{[]string{"pingpong", "--dev", "lo", "-n", "0"}, "-n 0: want 1 to 32768"},
 		{[]string{"pingpong", "--dev", "lo", "-n", "100000"}, "-n 100000: want 1 to 32768"},
 		{[]string{"pingpong", "--dev", "lo", "-m", "1500"}, "-m 1500: want 256, 512, 1024, 2048 or 4096"},
 		{[]string{"pingpong", "--dev", "lo", "-p", "70000"}, "-p 70000"},

@@ -19,9 +19,11 @@ var serveCommand = &Command{
 	LongHelp: `Serve attaches to the interface at start-up (AF_XDP with the XDP steering
 program when privileged, else kernel UDP sockets; --link chooses) and accepts
 requests from other xdproce processes on a TCP control port (default 18515):
-files sent with 'xdproce send' land as DIR/NAME, files asked for with
-'xdproce get' are read from DIR. (Benchmarks are 'xdproce bench', which has
-its own server.)
+files sent with 'xdproce send' land as DIR/NAME, and files asked for with
+'xdproce get' are read from DIR. It does not serve benchmarks: 'xdproce
+bench' and 'xdproce pingpong' run against a server of their own (run the
+same command without HOST on the other machine), and a bench or pingpong
+client that reaches serve is told so.
 
 Clients authenticate before anything else passes: with --psk-file, both
 sides prove they hold the same key (an HMAC challenge each way; the key
@@ -165,7 +167,7 @@ func printServed(env *Env, asJSON bool, op string, res xfer.Result, err error) {
 		fmt.Fprintf(env.Stdout, "%s\n", b)
 		return
 	}
-	verb := map[string]string{"put": "received", "get": "sent", "bench": "benchmark"}[op]
+	verb := map[string]string{"put": "received", "get": "sent"}[op]
 	if verb == "" {
 		verb = op
 	}

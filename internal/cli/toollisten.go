@@ -30,3 +30,16 @@ func listenOnDev(ctx context.Context, ifname string, port int) (net.Listener, er
 	}
 	return ln, nil
 }
+
+// acceptOne waits for one connection on ln; once ctx is done (its AfterFunc
+// closes ln), the error is ctx's.
+func acceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
+	c, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("accept: %w", err)
+	}
+	return c, nil
+}

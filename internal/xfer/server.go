@@ -16,7 +16,7 @@ import (
 	"github.com/xdproce/xdproce/roce"
 )
 
-// A Server answers transfer and benchmark requests on a device: files
+// A Server answers transfer requests on a device: files
 // received land in Dir, files asked for are read from Dir.
 type Server struct {
 	Dev *roce.Device
