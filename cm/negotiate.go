@@ -66,7 +66,7 @@ var benchHelloMagic = []byte("xdproce-bench\x00")
 
 // Negotiation is one side's part of the recognition and agreement described above. Wrap the
 // connection with Conn before handing it to DialPingpong, ServePingpong or PerftestConn.Setup
-// (directly or through ToolPeer), and choose the PSN with TagPSN.
+// (directly or through internal/toolpeer's Peer), and choose the PSN with TagPSN.
 type Negotiation struct {
 	Local BenchParams
 	// Flags names the command-line flags of the values, for the mismatch line
