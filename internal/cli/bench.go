@@ -46,7 +46,7 @@ value given on both sides that differs (or another test) ends both with one
 line naming both values. With --qps N the client opens N queue pairs, one
 connection each. Against a perftest tool nothing is agreed: give both the
 same values; every run is then bounded (30 s, and 1 ms plus the bytes at
-20 MB/s per message), so a mismatch ends in an error instead of a wait.
+10 MB/s per message), so a mismatch ends in an error instead of a wait.
 
 PERFTEST'S FLAGS
 -s, -n, -q and -p are --size, --iters, --qps and --port; -d names the

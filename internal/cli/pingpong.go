@@ -34,7 +34,7 @@ pick; ibv_rc_pingpong sees nothing else) and agree on -s and -n first: a side
 not given one takes the other's, and values given on both sides that differ
 end both with one line naming both. Against ibv_rc_pingpong nothing is
 agreed: give both the same -s and -n; the run is bounded (30 s, and 1 ms plus
-the bytes at 20 MB/s per message), so a mismatch ends in an error instead of
+the bytes at 10 MB/s per message), so a mismatch ends in an error instead of
 a wait. The server listens on every address, runs once and exits; the
 exchange is unauthenticated, as rdma-core's: a benchmark tool, not for
 networks whose peers you do not trust.
