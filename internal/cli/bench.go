@@ -75,7 +75,8 @@ median and 99th percentile latency in microseconds. The server prints the
 client's measurement, as perftest does.
 
 JSON FORMAT
-  --json prints one object: {"schema": 1, "test", "role", "bytes",
+  --json prints one object per line, one per run (per size with -a):
+  {"schema": 1, "test", "role", "bytes",
   "iterations", "qps", "seconds", "bw_avg_gbps", "msg_rate_mpps",
   "lat_p50_us", "lat_p99_us" (lat only), "link", "path_mtu"}.
 
