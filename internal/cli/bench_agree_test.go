@@ -119,6 +119,24 @@ func TestPrivilegedBenchAgreeAdopt(t *testing.T) {
 			t.Errorf("the agreement is not named: server %q, client %q", s.stderr, c.stderr)
 		}
 	})
+	// Values given only to the server are the client's too: it opens the
+	// server's --qps connections.
+	t.Run("server-values", func(t *testing.T) {
+		s, c := runAgreePair(t, topo, 60*time.Second, []string{"bench", "write", "--json", "--qps", "2", "-s", "4096", "-n", "50"},
+			[]string{"bench", "write", "--json"})
+		if s.code != 0 || c.code != 0 {
+			t.Fatalf("server exit %d: %s\nclient exit %d: %s", s.code, s.stderr, c.code, c.stderr)
+		}
+		for who, r := range map[string]pairRun{"server": s, "client": c} {
+			var x benchResult
+			if err := json.Unmarshal([]byte(r.stdout), &x); err != nil {
+				t.Fatalf("%s output %q: %v", who, r.stdout, err)
+			}
+			if x.Bytes != 4096 || x.Iters != 50 || x.QPs != 2 || x.Rate <= 0 {
+				t.Errorf("%s ran %d B × %d on %d queue pairs, want 4096 B × 50 on 2", who, x.Bytes, x.Iters, x.QPs)
+			}
+		}
+	})
 	// -a on the client: the server, given no size, runs every size with it.
 	t.Run("sweep", func(t *testing.T) {
 		s, c := runAgreePair(t, topo, 120*time.Second, []string{"bench", "write", "--json"}, []string{"bench", "write", "--json", "-a", "-n", "5"})
