@@ -92,6 +92,24 @@ func TestPrivilegedBenchAgreeMismatch(t *testing.T) {
 	}
 }
 
+// ranAgreed checks that both sides of a bench pair exited 0 and that each
+// one's JSON result is a run of bytes × iters on qps queue pairs.
+func ranAgreed(t *testing.T, s, c pairRun, bytes, iters, qps int) {
+	t.Helper()
+	if s.code != 0 || c.code != 0 {
+		t.Fatalf("server exit %d: %s\nclient exit %d: %s", s.code, s.stderr, c.code, c.stderr)
+	}
+	for who, r := range map[string]pairRun{"server": s, "client": c} {
+		var x benchResult
+		if err := json.Unmarshal([]byte(r.stdout), &x); err != nil {
+			t.Fatalf("%s output %q: %v", who, r.stdout, err)
+		}
+		if x.Bytes != bytes || x.Iters != iters || x.QPs != qps || x.Rate <= 0 {
+			t.Errorf("%s ran %d B × %d on %d queue pairs, want %d B × %d on %d", who, x.Bytes, x.Iters, x.QPs, bytes, iters, qps)
+		}
+	}
+}
+
 // TestPrivilegedBenchAgreeAdopt: a server not given --size, --iters or --qps
 // takes the client's (a server given one keeps it and the client takes it),
 // and the pingpong help's own example pair (server without -s, client -s
@@ -102,18 +120,7 @@ func TestPrivilegedBenchAgreeAdopt(t *testing.T) {
 	t.Run("bench", func(t *testing.T) {
 		s, c := runAgreePair(t, topo, 60*time.Second, []string{"bench", "send", "--json", "--iters", "200"},
 			[]string{"bench", "send", "--json", "--size", "1000", "--qps", "2"})
-		if s.code != 0 || c.code != 0 {
-			t.Fatalf("server exit %d: %s\nclient exit %d: %s", s.code, s.stderr, c.code, c.stderr)
-		}
-		for who, r := range map[string]pairRun{"server": s, "client": c} {
-			var x benchResult
-			if err := json.Unmarshal([]byte(r.stdout), &x); err != nil {
-				t.Fatalf("%s output %q: %v", who, r.stdout, err)
-			}
-			if x.Bytes != 1000 || x.Iters != 200 || x.QPs != 2 || x.Rate <= 0 {
-				t.Errorf("%s ran %d B × %d on %d queue pairs, want 1000 B × 200 on 2", who, x.Bytes, x.Iters, x.QPs)
-			}
-		}
+		ranAgreed(t, s, c, 1000, 200, 2)
 		if !strings.Contains(s.stderr, "agreed with the xdproce peer on 1000 B, 200 iterations, 2 queue pair(s)") ||
 			!strings.Contains(c.stderr, "agreed with the xdproce peer on 1000 B, 200 iterations, 2 queue pair(s)") {
 			t.Errorf("the agreement is not named: server %q, client %q", s.stderr, c.stderr)
@@ -124,18 +131,7 @@ func TestPrivilegedBenchAgreeAdopt(t *testing.T) {
 	t.Run("server-values", func(t *testing.T) {
 		s, c := runAgreePair(t, topo, 60*time.Second, []string{"bench", "write", "--json", "--qps", "2", "-s", "4096", "-n", "50"},
 			[]string{"bench", "write", "--json"})
-		if s.code != 0 || c.code != 0 {
-			t.Fatalf("server exit %d: %s\nclient exit %d: %s", s.code, s.stderr, c.code, c.stderr)
-		}
-		for who, r := range map[string]pairRun{"server": s, "client": c} {
-			var x benchResult
-			if err := json.Unmarshal([]byte(r.stdout), &x); err != nil {
-				t.Fatalf("%s output %q: %v", who, r.stdout, err)
-			}
-			if x.Bytes != 4096 || x.Iters != 50 || x.QPs != 2 || x.Rate <= 0 {
-				t.Errorf("%s ran %d B × %d on %d queue pairs, want 4096 B × 50 on 2", who, x.Bytes, x.Iters, x.QPs)
-			}
-		}
+		ranAgreed(t, s, c, 4096, 50, 2)
 	})
 	// -a on the client: the server, given no size, runs every size with it.
 	t.Run("sweep", func(t *testing.T) {
