@@ -27,7 +27,7 @@ type capturedMAD struct {
 // the payloads of its UD SENDs to QP1, checking the QP1 framing on the way
 // (Q_Key 0x80010000, source QP 1, 256-byte payload), and the PSN of the
 // first RC request from each address.
-func rxeCapture(t *testing.T, name string) (mads []capturedMAD, firstRC map[netip.Addr]uint32) {
+func rxeCapture(t testing.TB, name string) (mads []capturedMAD, firstRC map[netip.Addr]uint32) {
 	t.Helper()
 	f, err := os.Open("../../testdata/rxe/" + name + ".pcap")
 	if err != nil {

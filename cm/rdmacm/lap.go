@@ -53,7 +53,7 @@ func (m *LAP) encode(d *[DataLen]byte) error {
 	var c rangeCheck
 	c.max("remote QPN", uint64(m.RemoteQPN), max24)
 	c.max("remote CM response timeout", uint64(m.RemoteCMResponseTimeout), max5)
-	m.Alternate.check(&c, "alternate")
+	m.Alternate.check(&c, true)
 	if err := c.err("encode lap"); err != nil {
 		return err
 	}

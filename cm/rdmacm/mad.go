@@ -158,7 +158,7 @@ func ParseHeader(mad []byte) (Header, error) {
 	if err := h.check(); err != nil {
 		return h, err
 	}
-	if NewMessage(h.AttrID) == nil {
+	if h.AttrID < AttrREQ || h.AttrID > AttrAPR {
 		return h, errAttr
 	}
 	return h, nil

@@ -50,11 +50,22 @@ func (p *Path) decode(b []byte) {
 	p.LocalACKTimeout = field(b[43], 0, 5)
 }
 
-func (p *Path) check(c *rangeCheck, which string) {
-	c.max(which+" flow label", uint64(p.FlowLabel), max20)
-	c.max(which+" packet rate", uint64(p.PacketRate), max6)
-	c.max(which+" SL", uint64(p.SL), max4)
-	c.max(which+" local ACK timeout", uint64(p.LocalACKTimeout), max5)
+// pathFieldNames name a path's range-checked fields in errors, primary and
+// alternate (constants, so that a passing check allocates nothing).
+var pathFieldNames = [2][4]string{
+	{"primary flow label", "primary packet rate", "primary SL", "primary local ACK timeout"},
+	{"alternate flow label", "alternate packet rate", "alternate SL", "alternate local ACK timeout"},
+}
+
+func (p *Path) check(c *rangeCheck, alternate bool) {
+	n := &pathFieldNames[0]
+	if alternate {
+		n = &pathFieldNames[1]
+	}
+	c.max(n[0], uint64(p.FlowLabel), max20)
+	c.max(n[1], uint64(p.PacketRate), max6)
+	c.max(n[2], uint64(p.SL), max4)
+	c.max(n[3], uint64(p.LocalACKTimeout), max5)
 }
 
 // encode writes p into zeroed b; check has passed.

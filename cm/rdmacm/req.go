@@ -106,8 +106,8 @@ func (m *REQ) encode(d *[DataLen]byte) error {
 	c.max("RNR retry count", uint64(m.RNRRetryCount), max3)
 	c.max("max CM retries", uint64(m.MaxCMRetries), max4)
 	c.max("extended transport", uint64(m.ExtendedTransport), max3)
-	m.Primary.check(&c, "primary")
-	m.Alternate.check(&c, "alternate")
+	m.Primary.check(&c, false)
+	m.Alternate.check(&c, true)
 	if err := c.err("encode req"); err != nil {
 		return err
 	}
