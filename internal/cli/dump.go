@@ -25,7 +25,9 @@ direction when the capture records it, source and destination IP:port, the
 opcode, destination QPN, PSN, AckReq, the extension headers (RETH va/rkey/len,
 AETH decoded as ACK, NAK with its reason or RNR with its timer, atomic
 operands, DETH Q_Key and source QP, immediate data, invalidated R_Key), the
-payload length and whether the ICRC is right. Frames that are not RoCEv2 get
+payload length (with the messages it recognises in it: the enlargement layer's
+control messages, RDMA CM MADs on QP1 such as "CM REQ comm_id=... qpn=...") and
+whether the ICRC is right. Frames that are not RoCEv2 get
 a short line ("non-RoCE IPv4 TCP ...") unless a filter is given. "-" reads
 standard input.
 
