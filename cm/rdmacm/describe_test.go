@@ -1,9 +1,6 @@
 package rdmacm_test
 
 import (
-	"errors"
-	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,28 +15,12 @@ import (
 // over the rping capture: the package's describer names each CM MAD and
 // leaves the RC frames alone.
 func TestDescribeCapture(t *testing.T) {
-	f, err := os.Open("../../testdata/rxe/rdmacm_rping.pcap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := capture.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	var fr capture.Frame
-	for {
-		if err := r.Next(&fr); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		rec := capture.Describe(&fr)
-		if rec.PayloadKind != "" {
+	eachFrame(t, "rdmacm_rping", func(_ int, fr *capture.Frame) {
+		if rec := capture.Describe(fr); rec.PayloadKind != "" {
 			got = append(got, rec.PayloadKind+": "+rec.Payload)
 		}
-	}
+	})
 	want := []string{
 		"rdmacm: CM REQ comm_id=0x82efb25e service_id=0x0000000001061c06 qpn=0x1e psn=0x268ac8 mtu=3 tcp 192.0.2.12:33883→192.0.2.11:7174 tid=0x000000025eb2ef82",
 		"rdmacm: CM REP comm_id=0x15af5a29 remote_comm_id=0x82efb25e qpn=0x1e psn=0xf0686f tid=0x000000025eb2ef82",

@@ -2,10 +2,7 @@ package rdmacm_test
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,8 +12,7 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-// capturedMAD is one QP1 MAD of an rxe capture, with the first RC request
-// each side sent after it (for the PSN checks).
+// capturedMAD is one QP1 MAD of an rxe capture.
 type capturedMAD struct {
 	frame int // frame number, from 1
 	src   netip.Addr
@@ -29,26 +25,11 @@ type capturedMAD struct {
 // first RC request from each address.
 func rxeCapture(t testing.TB, name string) (mads []capturedMAD, firstRC map[netip.Addr]uint32) {
 	t.Helper()
-	f, err := os.Open("../../testdata/rxe/" + name + ".pcap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := capture.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	firstRC = map[netip.Addr]uint32{}
-	var fr capture.Frame
-	for i := 1; ; i++ {
-		if err := r.Next(&fr); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	eachFrame(t, name, func(i int, fr *capture.Frame) {
 		var p wire.Packet
 		if err := p.Decode(fr.Data); err != nil {
-			continue // not RoCE
+			return // not RoCE
 		}
 		if info, _ := p.BTH.Opcode.Info(); info.Transport == wire.RC && info.Request {
 			if _, ok := firstRC[p.SrcIP]; !ok {
@@ -56,14 +37,14 @@ func rxeCapture(t testing.TB, name string) (mads []capturedMAD, firstRC map[neti
 			}
 		}
 		if p.BTH.DestQPN != 1 {
-			continue
+			return
 		}
 		if p.BTH.Opcode != wire.UDSendOnly || p.DETH.QKey != wire.GSIQKey || p.DETH.SrcQPN != 1 || len(p.Payload) != rdmacm.MADLen {
 			t.Fatalf("%s#%d: QP1 frame %v qkey %#x srcqp %d payload %d, want UD_SEND_ONLY 0x80010000 1 256",
 				name, i, p.BTH.Opcode, p.DETH.QKey, p.DETH.SrcQPN, len(p.Payload))
 		}
 		mads = append(mads, capturedMAD{frame: i, src: p.SrcIP, mad: bytes.Clone(p.Payload)})
-	}
+	})
 	return mads, firstRC
 }
 

@@ -1,11 +1,39 @@
 package rdmacm_test
 
 import (
+	"errors"
+	"io"
 	"net/netip"
+	"os"
 	"testing"
 
+	"github.com/xdproce/xdproce/capture"
 	"github.com/xdproce/xdproce/cm/rdmacm"
 )
+
+// eachFrame calls fn with every frame of testdata/rxe/NAME.pcap, read with
+// capture's reader, numbered from 1.
+func eachFrame(tb testing.TB, name string, fn func(index int, f *capture.Frame)) {
+	tb.Helper()
+	f, err := os.Open("../../testdata/rxe/" + name + ".pcap")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	r, err := capture.NewReader(f)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var fr capture.Frame
+	for i := 1; ; i++ {
+		if err := r.Next(&fr); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			tb.Fatal(err)
+		}
+		fn(i, &fr)
+	}
+}
 
 // xdproceMessages returns one message of every type as xdproce would build
 // them for an exchange between 198.51.100.1 (active, QPN 0x11) and

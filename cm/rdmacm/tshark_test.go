@@ -2,6 +2,7 @@ package rdmacm_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -56,7 +57,7 @@ func TestTsharkDissectsOurs(t *testing.T) {
 		if err := w.WritePacket(id, time.Unix(1e9, int64(i)*1000), capture.DirOutbound, frame[:n]); err != nil {
 			t.Fatal(err)
 		}
-		wantIDs.WriteString(hex4(uint16(m.AttrID())) + "|" + hex16(tid) + "\n")
+		fmt.Fprintf(&wantIDs, "0x%04x|0x%016x\n", uint16(m.AttrID()), tid)
 	}
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
@@ -128,21 +129,4 @@ func TestTsharkDissectsOurs(t *testing.T) {
 			t.Errorf("frame %s %v:\n got %s\nwant %s", c.frame, c.names, got, c.want)
 		}
 	}
-}
-
-func hex4(v uint16) string {
-	return "0x" + strings.Repeat("0", 4-len(hexs(uint64(v)))) + hexs(uint64(v))
-}
-func hex16(v uint64) string { return "0x" + strings.Repeat("0", 16-len(hexs(v))) + hexs(v) }
-
-func hexs(v uint64) string {
-	const digits = "0123456789abcdef"
-	if v == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; v > 0; v >>= 4 {
-		b = append([]byte{digits[v&0xF]}, b...)
-	}
-	return string(b)
 }
