@@ -83,7 +83,7 @@ func TestStrings(t *testing.T) {
 		}
 	}
 	msgs := xdproceMessages(t)
-	if got, want := msgs[len(msgs)-2].String(), "SIDR_REQ request_id=0x0badcafe service_id=0x0000000001111c06 udp [2001:db8::a]:40001→[2001:db8::b]:7174"; got != want {
+	if got, want := msgs[len(msgs)-3].String(), "SIDR_REQ request_id=0x0badcafe service_id=0x0000000001111c06 udp [2001:db8::a]:40001→[2001:db8::b]:7174"; got != want {
 		t.Errorf("SIDR_REQ summary %q, want %q", got, want)
 	}
 }

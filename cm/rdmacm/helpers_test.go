@@ -37,7 +37,8 @@ func eachFrame(tb testing.TB, name string, fn func(index int, f *capture.Frame))
 
 // xdproceMessages returns one message of every type as xdproce would build
 // them for an exchange between 198.51.100.1 (active, QPN 0x11) and
-// 198.51.100.2 (passive, QPN 0x12) on port 7174, with every field set.
+// 198.51.100.2 (passive, QPN 0x12) on port 7174, with every field set, and
+// last a REQ between 2001:db8::a and 2001:db8::b.
 func xdproceMessages(t testing.TB) []rdmacm.Message {
 	t.Helper()
 	a, b := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("198.51.100.2")
@@ -65,6 +66,13 @@ func xdproceMessages(t testing.TB) []rdmacm.Message {
 		Put(sidrReq.PrivateData[:], nil); err != nil {
 		t.Fatal(err)
 	}
+	req6 := &rdmacm.REQ{LocalCommID: 0x66, ServiceID: rdmacm.ServiceID(rdmacm.PSTCP, 7174), LocalQPN: 0x14, StartingPSN: 1,
+		PathMTU: 3, PKey: 0xFFFF, Primary: rdmacm.Path{LocalGID: [16]byte{0x20, 0x01, 0x0d, 0xb8, 15: 0x0a},
+			RemoteGID: [16]byte{0x20, 0x01, 0x0d, 0xb8, 15: 0x0b}, HopLimit: 64}}
+	if err := (rdmacm.IPHeader{SrcPort: 40002, Src: netip.MustParseAddr("2001:db8::a"), Dst: netip.MustParseAddr("2001:db8::b")}).
+		Put(req6.PrivateData[:], []byte("v6")); err != nil {
+		t.Fatal(err)
+	}
 	rej := &rdmacm.REJ{LocalCommID: rep.LocalCommID, RemoteCommID: req.LocalCommID, MessageRejected: rdmacm.MsgREQ,
 		Reason: rdmacm.RejConsumerDefined}
 	copy(rej.PrivateData[:], "go away")
@@ -83,6 +91,7 @@ func xdproceMessages(t testing.TB) []rdmacm.Message {
 		&rdmacm.APR{LocalCommID: rep.LocalCommID, RemoteCommID: req.LocalCommID, Status: rdmacm.APRUnsupported},
 		sidrReq,
 		&rdmacm.SIDRRep{RequestID: sidrReq.RequestID, Status: rdmacm.SIDRSuccess, QPN: 0x000013, ServiceID: sidrReq.ServiceID, QKey: 0x01234567},
+		req6,
 	}
 }
 

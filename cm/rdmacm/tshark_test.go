@@ -89,8 +89,8 @@ func TestTsharkDissectsOurs(t *testing.T) {
 		t.Errorf("tshark attribute IDs and TIDs (-want +got):\n%s", diff)
 	}
 
-	// The fields of REQ (frame 1), REP (3), RTU (4), DREQ (5) and REJ (7)
-	// as tshark reads them, against the values xdproceMessages sets.
+	// The fields of REQ (frame 1), REP (3), RTU (4), DREQ (5), REJ (7, 8)
+	// and the IPv6 REQ (13) as tshark reads them, against the values xdproceMessages sets.
 	fields := func(frame string, names ...string) string {
 		args := []string{"-Y", "frame.number==" + frame, "-T", "fields", "-E", "separator=|"}
 		for _, n := range names {
@@ -123,6 +123,8 @@ func TestTsharkDissectsOurs(t *testing.T) {
 		{"7", "0x55667788|0x11223344|0x00|0x00|0x001c", []string{"infiniband.cm.rej.localcommid", "infiniband.cm.rej.remotecommid",
 			"infiniband.cm.rej.msgrej", "infiniband.cm.rej.rejinfolen", "infiniband.cm.rej.reason"}},
 		{"8", "0x08|0x0004", []string{"infiniband.cm.rej.rejinfolen", "infiniband.cm.rej.reason"}},
+		{"13", "0x06|0x9c42|2001:db8::a|2001:db8::b|0x000014", []string{"infiniband.cm.req.ip_cm.ipv", "infiniband.cm.req.ip_cm.sport",
+			"infiniband.cm.req.ip_cm.sip6", "infiniband.cm.req.ip_cm.dip6", "infiniband.cm.req.localqpn"}},
 	}
 	for _, c := range checks {
 		if got := fields(c.frame, c.names...); got != c.want {
