@@ -1,6 +1,7 @@
 package rdmacm_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -80,6 +81,11 @@ func TestStrings(t *testing.T) {
 	} {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+	for a := rdmacm.AttrREQ; a <= rdmacm.AttrAPR; a++ {
+		if got, want := a.String(), strings.TrimPrefix(fmt.Sprintf("%T", rdmacm.NewMessage(a)), "*rdmacm."); !strings.EqualFold(strings.ReplaceAll(got, "_", ""), want) {
+			t.Errorf("AttrID(%#x).String() = %q, but NewMessage gives %s", uint16(a), got, want)
 		}
 	}
 	msgs := xdproceMessages(t)

@@ -79,12 +79,9 @@ const (
 	AttrAPR           AttrID = 0x001A
 )
 
-var attrNames = [...]string{
-	AttrREQ - AttrREQ: "REQ", AttrMRA - AttrREQ: "MRA", AttrREJ - AttrREQ: "REJ",
-	AttrREP - AttrREQ: "REP", AttrRTU - AttrREQ: "RTU", AttrDREQ - AttrREQ: "DREQ",
-	AttrDREP - AttrREQ: "DREP", AttrSIDRReq - AttrREQ: "SIDR_REQ", AttrSIDRRep - AttrREQ: "SIDR_REP",
-	AttrLAP - AttrREQ: "LAP", AttrAPR - AttrREQ: "APR",
-}
+// attrNames are the message names of AttrREQ (0x10) to AttrAPR (0x1A), in
+// attribute ID order.
+var attrNames = [...]string{"REQ", "MRA", "REJ", "REP", "RTU", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP", "LAP", "APR"}
 
 // String returns the message name ("REQ", "SIDR_REP") or "Attr(0x…)".
 func (a AttrID) String() string {
