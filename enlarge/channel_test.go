@@ -171,6 +171,11 @@ func TestRequestRecordsSizeAndIsSentOnce(t *testing.T) {
 			t.Fatalf("call %d: small Send while requested = %d, %v; want 0, nil", i, n, err)
 		}
 	}
+	// The fake executes posted work asynchronously: wait for the request,
+	// then give any further (wrong) message the same time to show up.
+	for deadline := time.Now().Add(2 * time.Second); p.fa.n(immReq) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Microsecond) // no Progress: the receiver must not run
+	}
 	time.Sleep(time.Millisecond)
 	if got := p.fa.n(immReq) + p.fa.n(immData) + p.fa.n(immMore); got != 1 || p.fa.n(immReq) != 1 {
 		t.Fatalf("%d ring messages sent, want exactly the 1 request", got)
