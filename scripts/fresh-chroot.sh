@@ -24,6 +24,13 @@ if [ ! -x "$R/usr/bin/make" ]; then
 fi
 rm -rf "$R/usr/local/go" && cp -a "$GOROOT_HOST" "$R/usr/local/go"
 cp /etc/resolv.conf "$R/etc/resolv.conf"
+# The host's own trusted CAs (on a workplace behind a TLS-intercepting egress proxy, its CA), as
+# any machine of that network has them; the chroot's ca-certificates adds them to its bundle.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$R/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$R/usr/local/share/ca-certificates/"
+  chroot "$R" update-ca-certificates >/dev/null
+fi
 cleanup() {
   for m in tmp run dev/pts dev sys proc; do mountpoint -q "$R/$m" && umount -l "$R/$m"; done
 }
