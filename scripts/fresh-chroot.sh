@@ -18,7 +18,7 @@ GOROOT_HOST=$(go env GOROOT)
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap >/dev/null
 mirror=$( { grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
             grep -h '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '{print $2}'; } |
-          grep -v security | head -n 1)
+          grep -v security | head -n 1 || true)
 if [ ! -x "$R/usr/bin/make" ]; then
   debootstrap --variant=minbase --include=git,make,ca-certificates "$VERSION_CODENAME" "$R" "$mirror"
 fi
