@@ -22,6 +22,7 @@ vet:
 	$(GO) vet $(PKGS)
 	$(GO) build $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	./scripts/filesize.sh
 	GOOS=darwin $(GO) vet $(PKGS)
 	GOOS=freebsd $(GO) vet $(PKGS)
 	GOOS=darwin $(GO) build $(PKGS)
