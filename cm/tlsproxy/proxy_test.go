@@ -2,7 +2,6 @@ package tlsproxy
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
