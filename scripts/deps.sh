@@ -19,6 +19,7 @@ table=(
   "libc6-dev  -         race (the race detector needs cgo)"
   "libcap2-bin setcap   the file-capabilities test"
   "git        git       generate-check, duplicate checks"
+  "openssl    openssl   cm/tlsproxy's openssl s_client tests, the tls-proxy CLI test"
 )
 
 missing=() why=()

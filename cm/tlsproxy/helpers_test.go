@@ -143,7 +143,9 @@ type serverResult struct {
 }
 
 // serve accepts one TCP connection and runs ktls.Server on it with the user-space layer.
-func (l *lab) serve(proxy string) <-chan serverResult {
+func (l *lab) serve(proxy string) <-chan serverResult { return l.serveMode(proxy, ktls.KernelOff) }
+
+func (l *lab) serveMode(proxy string, mode ktls.KernelMode) <-chan serverResult {
 	ch := make(chan serverResult, 1)
 	go func() {
 		nc, err := l.tcp.Accept()
@@ -151,7 +153,7 @@ func (l *lab) serve(proxy string) <-chan serverResult {
 			ch <- serverResult{err: err}
 			return
 		}
-		c, err := ktls.Server(context.Background(), nc, &ktls.Config{Proxy: proxy, Timeout: 5 * time.Second, Kernel: ktls.KernelOff})
+		c, err := ktls.Server(context.Background(), nc, &ktls.Config{Proxy: proxy, Timeout: 5 * time.Second, Kernel: mode})
 		ch <- serverResult{c, err}
 	}()
 	return ch
