@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/xdproce/xdproce/cm/ktls"
 )
 
 // MaxHandshakes bounds the connections a Listener runs TLS, the hello and the authentication
@@ -114,6 +116,17 @@ func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 
 // handshake runs TLS (when configured), the hello and the authentication with a new client.
 func (l *Listener) handshake(ctx context.Context, nc net.Conn) (*Conn, error) {
+	if l.proxy != nil {
+		kc, err := ktls.Server(ctx, nc, l.proxy)
+		var plain *ktls.NotTLSError
+		if errors.As(err, &plain) {
+			return nil, l.refusePlain(ctx, plain.Conn)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cm: %w", err)
+		}
+		nc = kc
+	}
 	if l.tcfg != nil {
 		var plain bool
 		if nc, plain = l.peekTLS(ctx, nc); plain {

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/xdproce/xdproce/cm/ktls"
 )
 
 // Config configures both ends of the control protocol. The zero value (or nil) means plain TCP
@@ -25,6 +28,12 @@ type Config struct {
 	Timeout time.Duration
 	// TLS, when set, runs the control connection over TLS.
 	TLS *TLSConfig
+	// TLSProxy, when set (server only, instead of TLS), is the unix socket of a TLS proxy
+	// (cm/tlsproxy, `xdproce tls-proxy`): the handshake runs there and the connection's data
+	// moves through cm/ktls, in kernel TLS where the kernel has it. The proxy holds the
+	// certificate and checks no client certificates: clients authenticate with PSK, or
+	// Insecure.
+	TLSProxy string
 	// PSK, when set, authenticates both ends with this pre-shared key (auth.go; at least
 	// MinPSK bytes, LoadPSK reads one from a file). A client with a key refuses a server
 	// without one, and the other way round.
@@ -188,6 +197,7 @@ func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, cfg *Co
 type Listener struct {
 	ln          net.Listener
 	tcfg        *tls.Config
+	proxy       *ktls.Config // TLS with the handshake in a proxy (Config.TLSProxy)
 	fingerprint string
 	generated   bool
 	timeout     time.Duration
@@ -214,6 +224,19 @@ func Listen(addr string, cfg *Config) (*Listener, error) {
 		return nil, fmt.Errorf("cm: listen on %s: %w (set a pre-shared key or a TLS client CA, or Insecure)", addr, ErrNoAuth)
 	}
 	l := &Listener{timeout: c.Timeout, psk: c.PSK, require: c.Require}
+	if c.TLSProxy != "" {
+		if c.TLS != nil {
+			return nil, errors.New("cm: listen: TLS and a TLS proxy are two ways to run TLS; choose one")
+		}
+		st, err := os.Stat(c.TLSProxy)
+		if err != nil {
+			return nil, fmt.Errorf("cm: tls proxy: %w", err)
+		}
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("cm: tls proxy %s: not a unix socket", c.TLSProxy)
+		}
+		l.proxy = &ktls.Config{Proxy: c.TLSProxy, Timeout: c.Timeout}
+	}
 	if c.TLS != nil {
 		var err error
 		if l.tcfg, l.fingerprint, l.generated, err = c.TLS.server(); err != nil {

@@ -210,7 +210,11 @@ func (l *Listener) refusePlain(ctx context.Context, nc net.Conn) error {
 	_, err := c.recv(ctx)
 	switch {
 	case err == nil:
-		c.sendMsg(ctx, &Message{Type: TypeError, Error: fmt.Sprintf("server requires TLS (--tls-fingerprint %s)", l.fingerprint)})
+		msg := "server requires TLS (--tls with --tls-fingerprint or --tls-ca)"
+		if l.fingerprint != "" {
+			msg = fmt.Sprintf("server requires TLS (--tls-fingerprint %s)", l.fingerprint)
+		}
+		c.sendMsg(ctx, &Message{Type: TypeError, Error: msg})
 	case errors.Is(err, ErrProtocol):
 		return fmt.Errorf("cm: client %v: %w", nc.RemoteAddr(), c.refuseForeign(ctx, fmt.Errorf("hello: %w", err)))
 	}
