@@ -58,8 +58,7 @@ func installKernel(nc net.Conn, p *Params) (recordLayer, error) {
 	}
 	var serr error
 	cerr := rc.Control(func(fd uintptr) {
-		if err := unix.SetsockoptString(int(fd), unix.SOL_TCP, unix.TCP_ULP, "tls"); err != nil {
-			serr = fmt.Errorf("%w: setsockopt TCP_ULP tls: %v (is the tls module loaded? modprobe tls)", ErrNoKernelTLS, err)
+		if serr = setULP(fd); serr != nil {
 			return
 		}
 		if err := unix.SetsockoptString(int(fd), unix.SOL_TLS, tlsTX, string(cryptoInfo(p.Suite, p.Tx))); err != nil {
@@ -159,4 +158,37 @@ func KernelInstalled(c *Conn) bool {
 		_, gerr = unix.GetsockoptString(int(fd), unix.SOL_TLS, tlsTX)
 	})
 	return gerr == nil
+}
+
+// ProbeKernel reports whether kernel TLS takes sessions here, by setting TCP_ULP "tls" on a
+// loopback TCP connection: nil means it does; otherwise the error says why not.
+func ProbeKernel() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("%w: probe: %v", ErrNoKernelTLS, err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return fmt.Errorf("%w: probe: %v", ErrNoKernelTLS, err)
+	}
+	defer c.Close()
+	if s, err := ln.Accept(); err == nil {
+		s.Close()
+	}
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return fmt.Errorf("%w: probe: %v", ErrNoKernelTLS, err)
+	}
+	var serr error
+	rc.Control(func(fd uintptr) { serr = setULP(fd) })
+	return serr
+}
+
+// setULP attaches the kernel's tls upper-layer protocol to a TCP socket.
+func setULP(fd uintptr) error {
+	if err := unix.SetsockoptString(int(fd), unix.SOL_TCP, unix.TCP_ULP, "tls"); err != nil {
+		return fmt.Errorf("%w: setsockopt TCP_ULP tls: %v (is the tls module loaded? modprobe tls)", ErrNoKernelTLS, err)
+	}
+	return nil
 }

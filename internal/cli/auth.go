@@ -20,6 +20,7 @@ type ctrlFlags struct {
 	cert, key                   string // server: its certificate; client: its client certificate
 	fingerprint, ca, serverName string // client
 	clientCA, tlsDir            string // server
+	tlsProxy                    string // server: the tls-proxy socket
 	pskFile                     string
 	insecure, overwrite         bool // server
 }
@@ -32,6 +33,7 @@ func (t *ctrlFlags) register(fs *flag.FlagSet, server bool) {
 		fs.StringVar(&t.cert, "tls-cert", "", "TLS certificate `FILE` (PEM); with --tls and none, a self-signed one kept in --tls-dir")
 		fs.StringVar(&t.key, "tls-key", "", "TLS private key `FILE` (PEM)")
 		fs.StringVar(&t.tlsDir, "tls-dir", "", "`directory` the self-signed certificate is kept in, so its fingerprint survives restarts (default $XDG_CONFIG_HOME/xdproce, else ~/.config/xdproce)")
+		fs.StringVar(&t.tlsProxy, "tls-proxy", "", "run TLS with the handshake in 'xdproce tls-proxy' at the unix socket `PATH` (it holds the certificate; clients pin its fingerprint)")
 		fs.StringVar(&t.clientCA, "tls-client-ca", "", "require clients to present a TLS certificate signed by a CA in `FILE` (PEM); implies --tls")
 		fs.BoolVar(&t.insecure, "insecure", false, "accept clients without authenticating them: anyone who reaches the control port can read and write --dir")
 		fs.BoolVar(&t.overwrite, "overwrite", false, "let clients that ask (send --force) replace existing files")
@@ -60,7 +62,13 @@ func (t *ctrlFlags) config(cmd string) (*cm.Config, error) {
 	if t.fingerprint != "" || t.ca != "" || t.cert != "" || t.clientCA != "" {
 		t.tls = true
 	}
-	cfg := &cm.Config{Insecure: t.insecure}
+	cfg := &cm.Config{Insecure: t.insecure, TLSProxy: t.tlsProxy}
+	if t.tlsProxy != "" && t.clientCA != "" {
+		return nil, usageErrorf(cmd, "--tls-proxy does not check client certificates (--tls-client-ca): authenticate clients with --psk-file")
+	}
+	if t.tlsProxy != "" && (t.tls || t.cert != "" || t.tlsDir != "") {
+		return nil, usageErrorf(cmd, "--tls-proxy runs TLS with the proxy's certificate: it does not go with --tls, --tls-cert or --tls-dir")
+	}
 	if t.pskFile != "" {
 		key, err := cm.LoadPSK(t.pskFile)
 		if err != nil {

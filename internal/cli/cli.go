@@ -38,6 +38,7 @@ var commands = []*Command{
 	dumpCommand,
 	statCommand,
 	serveCommand,
+	tlsProxyCommand,
 	sendCommand,
 	getCommand,
 	benchCommand,

@@ -9,12 +9,13 @@ import (
 	"sync"
 
 	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/cm/ktls"
 	"github.com/xdproce/xdproce/internal/xfer"
 )
 
 var serveCommand = &Command{
 	Name:       "serve",
-	ShortUsage: "xdproce serve --dev IF (--psk-file FILE | --tls-client-ca FILE | --insecure) [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE | --tls-dir DIR]] [--overwrite] [--link auto|xsk|udp] [--capture FILE]",
+	ShortUsage: "xdproce serve --dev IF (--psk-file FILE | --tls-client-ca FILE | --insecure) [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE | --tls-dir DIR] | --tls-proxy PATH] [--overwrite] [--link auto|xsk|udp] [--capture FILE]",
 	ShortHelp:  "accept file transfers (send, get) from authenticated peers",
 	LongHelp: `Serve attaches to the interface at start-up (AF_XDP with the XDP steering
 program when privileged, else kernel UDP sockets; --link chooses) and accepts
@@ -45,6 +46,12 @@ With --tls and no --tls-cert, the self-signed certificate is kept in
 the same across restarts. A client that speaks plain TCP to a TLS server is
 told so, with the fingerprint to pin.
 
+With --tls-proxy PATH the TLS handshakes run in 'xdproce tls-proxy' (see its
+help), which holds the certificate and key; serve relays the handshake and
+then encrypts and decrypts the connection itself, in kernel TLS where the
+kernel has it, and says which at start-up. It goes with --psk-file or
+--insecure, not with --tls or --tls-client-ca.
+
 A received file is written under a temporary name in DIR and renamed to NAME
 only when it is complete and its SHA-256 matches the sender's: a partial
 file never appears under the final name. The temporary name,
@@ -73,7 +80,8 @@ EXAMPLES
   xdproce serve --dev eth1 --psk-file key --link udp --listen 198.51.100.1:18515
   sudo xdproce serve --dev eth1 --insecure --capture server.pcapng   # a lab only
   sudo xdproce serve --dev eth1 --psk-file key --tls    # prints the fingerprint clients pin
-  sudo xdproce serve --dev eth1 --tls-client-ca ca.pem --overwrite`,
+  sudo xdproce serve --dev eth1 --tls-client-ca ca.pem --overwrite
+  sudo xdproce serve --dev eth1 --psk-file key --tls-proxy /run/xdproce/tls.sock`,
 	Setup: setupServe,
 }
 
@@ -135,6 +143,13 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 				}
 			}
 			fmt.Fprintf(env.Stderr, "TLS certificate fingerprint %s (clients: --tls-fingerprint %s%s)\n", fp, fp, kept)
+		}
+		if p := ccfg.TLSProxy; p != "" {
+			data := "in kernel TLS"
+			if err := ktls.ProbeKernel(); err != nil {
+				data = fmt.Sprintf("through the user-space record layer when the kernel refuses (%v)", err)
+			}
+			fmt.Fprintf(env.Stderr, "TLS with the handshake in the proxy at %s (clients pin the fingerprint it printed); data moves %s\n", p, data)
 		}
 		fmt.Fprintln(env.Stderr, cf.describe(ln, *dir))
 		var mu sync.Mutex
