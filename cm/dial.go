@@ -28,11 +28,13 @@ type Config struct {
 	Timeout time.Duration
 	// TLS, when set, runs the control connection over TLS.
 	TLS *TLSConfig
-	// TLSProxy, when set (server only, instead of TLS), is the unix socket of a TLS proxy
-	// (cm/tlsproxy, `xdproce tls-proxy`): the handshake runs there and the connection's data
-	// moves through cm/ktls, in kernel TLS where the kernel has it. The proxy holds the
-	// certificate and checks no client certificates: clients authenticate with PSK, or
-	// Insecure.
+	// TLSProxy, when set, is the unix socket of a TLS proxy (cm/tlsproxy, `xdproce
+	// tls-proxy`): the TLS handshake runs there and the connection's data moves through
+	// cm/ktls, in kernel TLS where the kernel has it. A server's proxy holds its certificate
+	// (TLS must be nil) and checks no client certificates: clients authenticate with PSK, or
+	// Insecure. A client's proxy verifies the server as TLS says (Fingerprint, CAFile,
+	// ServerName; TLS may be nil: system roots) and presents its own certificate, if it has
+	// one, as the client certificate (TLS.CertFile must be empty).
 	TLSProxy string
 	// PSK, when set, authenticates both ends with this pre-shared key (auth.go; at least
 	// MinPSK bytes, LoadPSK reads one from a file). A client with a key refuses a server
@@ -87,8 +89,14 @@ func Dial(ctx context.Context, addr string, cfg *Config) (*Conn, error) {
 	c := cfg.orDefault()
 	addr = withPort(addr, c.Port)
 	var tcfg *tls.Config
-	if c.TLS != nil {
-		var err error
+	var pcfg *ktls.Config
+	var err error
+	switch {
+	case c.TLSProxy != "":
+		if pcfg, err = proxyClient(&c, addr); err != nil {
+			return nil, err
+		}
+	case c.TLS != nil:
 		if tcfg, err = c.TLS.client(addr); err != nil {
 			return nil, err
 		}
@@ -102,7 +110,7 @@ func Dial(ctx context.Context, addr string, cfg *Config) (*Conn, error) {
 		nc, err := d.DialContext(actx, "tcp", addr)
 		cancel()
 		if err == nil {
-			conn, herr := handshakeClient(ctx, nc, tcfg, &c, addr)
+			conn, herr := handshakeClient(ctx, nc, tcfg, pcfg, &c, addr)
 			if herr == nil {
 				return conn, nil
 			}
@@ -168,7 +176,14 @@ func retryableHello(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, cfg *Config, addr string) (*Conn, error) {
+func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, pcfg *ktls.Config, cfg *Config, addr string) (*Conn, error) {
+	if pcfg != nil {
+		kc, err := ktls.Client(ctx, nc, pcfg)
+		if err != nil {
+			return nil, fmt.Errorf("cm: %w (is the server running with TLS?)", err)
+		}
+		nc = kc
+	}
 	if tcfg != nil {
 		tc := tls.Client(nc, tcfg)
 		hctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -191,6 +206,38 @@ func handshakeClient(ctx context.Context, nc net.Conn, tcfg *tls.Config, cfg *Co
 		return nil, fmt.Errorf("cm: %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// proxyClient is the endpoint configuration of a client whose TLS handshake runs in a proxy.
+func proxyClient(c *Config, addr string) (*ktls.Config, error) {
+	p := &ktls.Config{Proxy: c.TLSProxy, Timeout: c.Timeout}
+	t := c.TLS
+	if t == nil {
+		t = &TLSConfig{}
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		return nil, errors.New("cm: tls proxy: the client certificate is the proxy's own (tls-proxy --cert, --key), not one given here")
+	}
+	p.ServerName = t.ServerName
+	if p.ServerName == "" {
+		if h, _, err := net.SplitHostPort(addr); err == nil {
+			p.ServerName = h
+		}
+	}
+	if t.Fingerprint != "" {
+		fp, err := normFingerprint(t.Fingerprint)
+		if err != nil {
+			return nil, err
+		}
+		p.Fingerprint = fp
+	} else if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("cm: tls ca: %w", err)
+		}
+		p.RootCAs = pem
+	}
+	return p, nil
 }
 
 // Listener accepts control connections.

@@ -26,7 +26,7 @@ func startProxy(t *testing.T) (sock, fp string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- tlsproxy.New(cert, 5*time.Second, nil).Serve(ctx, ln) }()
+	go func() { done <- tlsproxy.New(&cert, 5*time.Second, nil).Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -84,6 +84,55 @@ func TestControlTLSProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// The client side through a proxy too: against a crypto/tls server (which sends session
+// tickets the endpoint skips) and against a proxied server, with PSK inside.
+func TestDialTLSProxy(t *testing.T) {
+	sock, fp := startProxy(t)
+	psk := []byte(strings.Repeat("k", MinPSK))
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	tfp, err := WriteSelfSigned("xdproce", cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainTLS, err := Listen("127.0.0.1:0", &Config{PSK: psk, TLS: &TLSConfig{CertFile: cert, KeyFile: key}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plainTLS.Close()
+	serveEcho(t, plainTLS)
+	proxied, err := Listen("127.0.0.1:0", &Config{PSK: psk, TLSProxy: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxied.Close()
+	serveEcho(t, proxied)
+	for name, tc := range map[string]struct {
+		addr string
+		tls  *TLSConfig
+	}{
+		"crypto-tls-server/pinned": {plainTLS.Addr().String(), &TLSConfig{Fingerprint: tfp}},
+		"crypto-tls-server/ca":     {plainTLS.Addr().String(), &TLSConfig{CAFile: cert, ServerName: "xdproce"}},
+		"proxied-server":           {proxied.Addr().String(), &TLSConfig{Fingerprint: fp}},
+	} {
+		c, err := Dial(context.Background(), tc.addr, &Config{Retry: -1, PSK: psk, TLSProxy: sock, TLS: tc.tls})
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for range 3 {
+			if _, err := c.Call(context.Background(), &Message{Op: "x"}, nil); err != nil {
+				t.Errorf("%s: call: %v", name, err)
+			}
+		}
+		c.Close()
+	}
+	_, err = Dial(context.Background(), proxied.Addr().String(), &Config{Retry: -1, PSK: psk, TLSProxy: sock, TLS: &TLSConfig{Fingerprint: tfp}})
+	if err == nil || !strings.Contains(err.Error(), "fingerprint mismatch") {
+		t.Errorf("wrong pin through the client's proxy: %v", err)
+	}
 }
 
 func TestListenTLSProxyRefuses(t *testing.T) {

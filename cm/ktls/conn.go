@@ -26,6 +26,7 @@ type Conn struct {
 	rl     recordLayer
 	suite  uint16
 	kernel bool
+	client bool // ignores the server's NewSessionTicket messages
 	mode   string
 
 	rmu     sync.Mutex
@@ -81,12 +82,41 @@ func (c *Conn) handle(typ byte, content []byte) error {
 		}
 		return &AlertError{Desc: content[1], Remote: true}
 	case typeHandshake:
-		if len(content) > 0 && content[0] == 24 {
-			return &AlertError{Desc: alertUnexpectedMessage, Why: "the peer sent a KeyUpdate, and this endpoint does not rekey"}
-		}
-		return &AlertError{Desc: alertUnexpectedMessage, Why: "a handshake message after the handshake"}
+		return c.postHandshake(content)
 	}
 	return &AlertError{Desc: alertUnexpectedMessage, Why: fmt.Sprintf("a record of content type %d", typ)}
+}
+
+// Handshake message types that may follow the handshake (RFC 8446 §4).
+const (
+	msgNewSessionTicket byte = 4
+	msgKeyUpdate        byte = 24
+)
+
+// postHandshake takes the handshake messages of one record after the handshake: a client
+// skips NewSessionTicket (it never resumes); a KeyUpdate, or anything else, ends the
+// connection with unexpected_message (this endpoint does not rekey).
+func (c *Conn) postHandshake(b []byte) error {
+	if len(b) == 0 {
+		return &AlertError{Desc: alertUnexpectedMessage, Why: "an empty handshake record"}
+	}
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return &AlertError{Desc: alertDecodeError, Why: "a handshake message cut short"}
+		}
+		n := 4 + (int(b[1])<<16 | int(b[2])<<8 | int(b[3]))
+		switch {
+		case b[0] == msgKeyUpdate:
+			return &AlertError{Desc: alertUnexpectedMessage, Why: "the peer sent a KeyUpdate, and this endpoint does not rekey"}
+		case b[0] != msgNewSessionTicket || !c.client:
+			return &AlertError{Desc: alertUnexpectedMessage, Why: fmt.Sprintf("handshake message %d after the handshake", b[0])}
+		case n > len(b):
+			// A ticket split across records: this endpoint keeps no handshake buffer.
+			return &AlertError{Desc: alertUnexpectedMessage, Why: "a NewSessionTicket split across records"}
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // fail sends the alert a local error calls for and stops writing.

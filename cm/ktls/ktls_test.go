@@ -60,7 +60,7 @@ func pair(t *testing.T, suite uint16, txSeq uint64) (*Conn, *userLayer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newConn(a, q, KernelOff)
+	c, err := newConn(a, q, KernelOff, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,4 +188,20 @@ func TestUnmarshalParamsRefuses(t *testing.T) {
 			t.Errorf("%s: %v, want ErrParams", name, err)
 		}
 	}
+}
+
+// A client skips the server's NewSessionTicket; a server refuses one.
+func TestNewSessionTicket(t *testing.T) {
+	ticket := []byte{msgNewSessionTicket, 0, 0, 3, 1, 2, 3}
+	c, peer := pair(t, TLS_AES_128_GCM_SHA256, 0)
+	c.client = true
+	peer.writeRecord(typeHandshake, append(bytes.Clone(ticket), ticket...)) // two in one record
+	peer.writeRecord(typeApplicationData, []byte("after"))
+	b := make([]byte, 5)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "after" {
+		t.Fatalf("client read %q, %v", b, err)
+	}
+	c, peer = pair(t, TLS_AES_128_GCM_SHA256, 0)
+	peer.writeRecord(typeHandshake, ticket)
+	expectAlert(t, c, peer, alertUnexpectedMessage, "handshake message 4")
 }

@@ -8,11 +8,14 @@ import (
 )
 
 // Frames on the unix socket between the endpoint and the proxy: a type byte, a 4-byte
-// big-endian payload length, the payload. The proxy drives: it sends FrameData (bytes for the
+// big-endian payload length, the payload. The endpoint opens with FrameHello (its role, and a
+// client's verification settings); then the proxy drives: it sends FrameData (bytes for the
 // peer) and FrameNeed (send me the peer's next record), which the endpoint answers with
 // exactly one FrameRecord, and ends with FrameParams or FrameFail. The endpoint thus never
 // reads a record from the peer the proxy did not ask for.
 const (
+	// FrameHello (endpoint → proxy, first): Hello as JSON.
+	FrameHello byte = 'H'
 	// FrameRecord (endpoint → proxy): one whole TLS record from the peer, header included.
 	FrameRecord byte = 'R'
 	// FrameData (proxy → endpoint): bytes to send to the peer as they are.
@@ -24,6 +27,23 @@ const (
 	// FrameFail (proxy → endpoint): the handshake failed; the payload says why (text).
 	FrameFail byte = 'F'
 )
+
+// Roles of an endpoint in the TLS handshake (Hello.Role).
+const (
+	RoleServer = "server"
+	RoleClient = "client"
+)
+
+// Hello opens an endpoint's conversation with the proxy. A client endpoint says how the
+// proxy is to verify the server: Fingerprint (SHA-256 of its certificate, 64 hex digits)
+// pins it, else the server's chain is verified against RootCAs (PEM) or, without them, the
+// system roots, for ServerName.
+type Hello struct {
+	Role        string `json:"role"`
+	ServerName  string `json:"server_name,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	RootCAs     []byte `json:"root_cas,omitempty"`
+}
 
 // MaxFrame bounds a frame's payload; a handshake flight with a long certificate chain fits.
 const MaxFrame = 1 << 20

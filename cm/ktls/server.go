@@ -3,6 +3,7 @@ package ktls
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,10 @@ type Config struct {
 	Timeout time.Duration
 	// Kernel chooses the record layer.
 	Kernel KernelMode
+	// Client only (see Hello): how the proxy verifies the server.
+	ServerName  string
+	Fingerprint string
+	RootCAs     []byte
 }
 
 // ErrNotTLS reports a peer whose first bytes are not a TLS handshake record.
@@ -57,15 +62,8 @@ func (p *prefixConn) Read(b []byte) (int, error) { return p.r.Read(b) }
 // pass as they are), and no application data passes either way. A peer that does not start
 // with a handshake record gets *NotTLSError and nc stays open.
 func Server(ctx context.Context, nc net.Conn, cfg *Config) (*Conn, error) {
-	timeout := cfg.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel, stop := handshakeDeadline(ctx, nc, cfg.Timeout)
 	defer cancel()
-	dl, _ := ctx.Deadline()
-	nc.SetDeadline(dl)
-	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
 	var head [headerLen]byte
@@ -78,14 +76,14 @@ func Server(ctx context.Context, nc net.Conn, cfg *Config) (*Conn, error) {
 		nc.SetDeadline(time.Time{})
 		return nil, &NotTLSError{Conn: &prefixConn{Conn: nc, r: io.MultiReader(bytes.NewReader(head[:1]), nc)}}
 	}
-	p, err := relay(ctx, nc, head, cfg.Proxy)
+	p, err := relay(ctx, nc, head[:1], cfg.Proxy, &Hello{Role: RoleServer})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("ktls: handshake with %v: %w", nc.RemoteAddr(), err)
 	}
 	stop()
 	nc.SetDeadline(time.Time{})
-	c, err := newConn(nc, p, cfg.Kernel)
+	c, err := newConn(nc, p, cfg.Kernel, false)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -93,9 +91,45 @@ func Server(ctx context.Context, nc net.Conn, cfg *Config) (*Conn, error) {
 	return c, nil
 }
 
-// relay runs the handshake through the proxy; head holds the first byte of the peer's first
-// record.
-func relay(ctx context.Context, nc net.Conn, head [headerLen]byte, path string) (*Params, error) {
+// Client runs the client side of a TLS 1.3 handshake on nc with the proxy doing the
+// cryptography and verifying the server as cfg says (ServerName, Fingerprint, RootCAs), then
+// returns a Conn that moves data itself. The server's NewSessionTicket messages are ignored
+// (no resumption). A failed handshake closes nc.
+func Client(ctx context.Context, nc net.Conn, cfg *Config) (*Conn, error) {
+	ctx, cancel, stop := handshakeDeadline(ctx, nc, cfg.Timeout)
+	defer cancel()
+	defer stop()
+	p, err := relay(ctx, nc, nil, cfg.Proxy, &Hello{Role: RoleClient, ServerName: cfg.ServerName, Fingerprint: cfg.Fingerprint, RootCAs: cfg.RootCAs})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("ktls: handshake with %v: %w", nc.RemoteAddr(), err)
+	}
+	stop()
+	nc.SetDeadline(time.Time{})
+	c, err := newConn(nc, p, cfg.Kernel, true)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// handshakeDeadline bounds the handshake on nc by timeout (0: 10 s) and by ctx; stop lifts
+// the ctx watch.
+func handshakeDeadline(ctx context.Context, nc net.Conn, timeout time.Duration) (context.Context, context.CancelFunc, func() bool) {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	dl, _ := ctx.Deadline()
+	nc.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	return ctx, cancel, stop
+}
+
+// relay runs the handshake through the proxy; head holds what was read of the peer's first
+// record already.
+func relay(ctx context.Context, nc net.Conn, head []byte, path string, hello *Hello) (*Params, error) {
 	var d net.Dialer
 	pc, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
@@ -112,8 +146,16 @@ func relay(ctx context.Context, nc net.Conn, head [headerLen]byte, path string) 
 		sendPlainAlert(nc, alertInternalError)
 		return nil, fmt.Errorf("tls proxy at %s: %w", path, err)
 	}
+	hb, err := json.Marshal(hello)
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteFrame(pc, FrameHello, hb); err != nil {
+		sendPlainAlert(nc, alertInternalError)
+		return nil, fmt.Errorf("tls proxy: %w", err)
+	}
 	rec := make([]byte, headerLen+maxCiphertext)
-	have := 1 // the first record's first byte, in head
+	have := len(head)
 	for {
 		typ, payload, err := ReadFrame(pc)
 		if err != nil {
@@ -183,8 +225,8 @@ func sendPlainAlert(nc net.Conn, desc byte) {
 
 // newConn builds the data-moving Conn: the kernel's record layer when cfg allows and the
 // kernel takes the keys, else the user-space one.
-func newConn(nc net.Conn, p *Params, mode KernelMode) (*Conn, error) {
-	c := &Conn{nc: nc, suite: p.Suite}
+func newConn(nc net.Conn, p *Params, mode KernelMode, client bool) (*Conn, error) {
+	c := &Conn{nc: nc, suite: p.Suite, client: client}
 	if mode != KernelOff {
 		kl, err := installKernel(nc, p)
 		if err == nil {

@@ -50,7 +50,7 @@ func newLab(t *testing.T) *lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(cert, 5*time.Second, nil)
+	p := New(&cert, 5*time.Second, nil)
 	done := make(chan error, 1)
 	go func() { done <- p.Serve(ctx, pln) }()
 	t.Cleanup(func() {

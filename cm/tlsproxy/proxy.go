@@ -2,7 +2,11 @@ package tlsproxy
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,30 +24,62 @@ import (
 // record layer lacks.
 const tlsChaCha20Poly1305 uint16 = 0x1303
 
-// Proxy runs TLS 1.3 server handshakes for endpoints.
+// Proxy runs TLS 1.3 handshakes for endpoints: server handshakes with its certificate, and
+// client handshakes (presenting the certificate, if it has one, to servers that ask).
 type Proxy struct {
-	tcfg    *tls.Config
+	cert    *tls.Certificate
 	timeout time.Duration
 	log     *slog.Logger
-
-	active sync.WaitGroup
+	active  sync.WaitGroup
 }
 
-// New returns a proxy that presents cert. timeout bounds each handshake (0: 10 s); log, when
-// not nil, gets one line per handshake.
-func New(cert tls.Certificate, timeout time.Duration, log *slog.Logger) *Proxy {
+// New returns a proxy that presents cert (nil: it runs client handshakes only, without a
+// client certificate). timeout bounds each handshake (0: 10 s); log, when not nil, gets one
+// line per handshake.
+func New(cert *tls.Certificate, timeout time.Duration, log *slog.Logger) *Proxy {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	p := &Proxy{timeout: timeout, log: log}
-	p.tcfg = &tls.Config{
-		MinVersion:             tls.VersionTLS13,
-		MaxVersion:             tls.VersionTLS13,
-		Certificates:           []tls.Certificate{cert},
-		SessionTicketsDisabled: true,
-		GetConfigForClient:     checkSuites,
+	return &Proxy{cert: cert, timeout: timeout, log: log}
+}
+
+// config is the crypto/tls configuration of one handshake in the role hello names.
+func (p *Proxy) config(h *ktls.Hello, keys *keyLog) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, MaxVersion: tls.VersionTLS13, KeyLogWriter: keys, SessionTicketsDisabled: true}
+	if p.cert != nil {
+		cfg.Certificates = []tls.Certificate{*p.cert}
 	}
-	return p
+	switch h.Role {
+	case ktls.RoleServer:
+		if p.cert == nil {
+			return nil, errors.New("tlsproxy: a server handshake needs a certificate, and this proxy has none (--cert, --key)")
+		}
+		cfg.GetConfigForClient = checkSuites
+		return cfg, nil
+	case ktls.RoleClient:
+		cfg.ServerName = h.ServerName
+		if h.Fingerprint != "" {
+			want := strings.ToLower(h.Fingerprint)
+			cfg.InsecureSkipVerify = true // the pin replaces chain and name checks
+			cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+				if len(raw) == 0 {
+					return errors.New("tlsproxy: the server sent no certificate")
+				}
+				if s := sha256.Sum256(raw[0]); hex.EncodeToString(s[:]) != want {
+					return fmt.Errorf("tlsproxy: the server's certificate is sha256:%x, pinned sha256:%s (fingerprint mismatch)", s, want)
+				}
+				return nil
+			}
+		} else if len(h.RootCAs) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(h.RootCAs) {
+				return nil, errors.New("tlsproxy: the endpoint's CA certificates hold no PEM certificate")
+			}
+			cfg.RootCAs = pool
+		}
+		return cfg, nil
+	}
+	return nil, fmt.Errorf("tlsproxy: endpoint role %q, want %q or %q", h.Role, ktls.RoleServer, ktls.RoleClient)
 }
 
 // checkSuites refuses a ClientHello whose TLS 1.3 suite crypto/tls would choose is one the
@@ -121,8 +157,8 @@ func (p *Proxy) Serve(ctx context.Context, ln *net.UnixListener) error {
 }
 
 // Handle runs one endpoint's handshake over c and closes c: it checks the endpoint's
-// credentials, runs crypto/tls over the relayed records and sends the session parameters, or
-// a failure with its reason.
+// credentials, reads its Hello, runs crypto/tls in that role over the relayed records and
+// sends the session parameters, or a failure with its reason.
 func (p *Proxy) Handle(ctx context.Context, c *net.UnixConn) error {
 	defer c.Close()
 	if err := ktls.CheckPeer(c); err != nil {
@@ -130,16 +166,38 @@ func (p *Proxy) Handle(ctx context.Context, c *net.UnixConn) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	c.SetDeadline(time.Now().Add(p.timeout))
 	rc := &relayConn{uc: c}
 	keys := &keyLog{}
-	cfg := p.tcfg.Clone()
-	cfg.KeyLogWriter = keys
-	tc := tls.Server(rc, cfg)
 	params, err := func() (*ktls.Params, error) {
+		typ, payload, err := ktls.ReadFrame(c)
+		if err != nil {
+			return nil, err
+		}
+		var h ktls.Hello
+		if typ != ktls.FrameHello || json.Unmarshal(payload, &h) != nil {
+			return nil, fmt.Errorf("tlsproxy: the endpoint did not open with a hello (frame %q)", typ)
+		}
+		cfg, err := p.config(&h, keys)
+		if err != nil {
+			return nil, err
+		}
+		if h.Role == ktls.RoleClient {
+			tc := tls.Client(rc, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return nil, err
+			}
+			// The client's last records (its Finished) are under handshake keys: it sent
+			// nothing under its traffic keys yet, and read nothing after the server's Finished.
+			return params(tc.ConnectionState(), keys, labelServerTraffic, labelClientTraffic, 0)
+		}
+		tc := tls.Server(rc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, err
 		}
-		return p.params(tc.ConnectionState(), keys, rc.afterRead)
+		// The server read nothing after the client's Finished; what it wrote after that went
+		// out under its traffic keys (nothing, with session tickets off).
+		return params(tc.ConnectionState(), keys, labelClientTraffic, labelServerTraffic, rc.afterRead)
 	}()
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), "tls: ")
@@ -153,30 +211,29 @@ func (p *Proxy) Handle(ctx context.Context, c *net.UnixConn) error {
 	return nil
 }
 
-// params derives the endpoint's parameters: it decrypts with the client's traffic keys (the
-// proxy read no record after the client's Finished, so from 0) and encrypts with the
-// server's, starting after the records the server sent under them already (sent is 0 with
-// session tickets off).
-func (p *Proxy) params(st tls.ConnectionState, keys *keyLog, sent int) (*ktls.Params, error) {
+// params derives the endpoint's parameters: it decrypts with the peer's traffic keys (the
+// secret logged as rxLabel) from sequence number 0 and encrypts with its own (txLabel),
+// starting after the sent records already under them.
+func params(st tls.ConnectionState, keys *keyLog, rxLabel, txLabel string, sent int) (*ktls.Params, error) {
 	if st.Version != tls.VersionTLS13 {
 		return nil, fmt.Errorf("tlsproxy: negotiated version 0x%04x, want TLS 1.3", st.Version)
 	}
 	if !slices.Contains([]uint16{ktls.TLS_AES_128_GCM_SHA256, ktls.TLS_AES_256_GCM_SHA384}, st.CipherSuite) {
 		return nil, fmt.Errorf("tlsproxy: negotiated %s, which the endpoint's record layer lacks", tls.CipherSuiteName(st.CipherSuite))
 	}
-	cs, err := keys.secret(labelClientTraffic)
+	rs, err := keys.secret(rxLabel)
 	if err != nil {
 		return nil, err
 	}
-	ss, err := keys.secret(labelServerTraffic)
+	ts, err := keys.secret(txLabel)
 	if err != nil {
 		return nil, err
 	}
 	out := &ktls.Params{Version: ktls.VersionTLS13, Suite: st.CipherSuite}
-	if out.Rx, err = trafficKeys(st.CipherSuite, cs, 0); err != nil {
+	if out.Rx, err = trafficKeys(st.CipherSuite, rs, 0); err != nil {
 		return nil, err
 	}
-	if out.Tx, err = trafficKeys(st.CipherSuite, ss, uint64(sent)); err != nil {
+	if out.Tx, err = trafficKeys(st.CipherSuite, ts, uint64(sent)); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -68,7 +68,7 @@ func (r *relayConn) count(b []byte) {
 	}
 }
 
-func (r *relayConn) Close() error                      { return nil }
+func (r *relayConn) Close() error                      { return r.uc.Close() }
 func (r *relayConn) LocalAddr() net.Addr               { return r.uc.LocalAddr() }
 func (r *relayConn) RemoteAddr() net.Addr              { return r.uc.RemoteAddr() }
 func (r *relayConn) SetDeadline(t time.Time) error     { return r.uc.SetDeadline(t) }

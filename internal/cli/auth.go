@@ -39,6 +39,7 @@ func (t *ctrlFlags) register(fs *flag.FlagSet, server bool) {
 		fs.BoolVar(&t.overwrite, "overwrite", false, "let clients that ask (send --force) replace existing files")
 		return
 	}
+	fs.StringVar(&t.tlsProxy, "tls-proxy", "", "run TLS with the handshake in 'xdproce tls-proxy' at the unix socket `PATH` (it verifies the server as --tls-fingerprint or --tls-ca say, else by the system roots; its own certificate, if any, is the client certificate)")
 	fs.StringVar(&t.fingerprint, "tls-fingerprint", "", "pin the server's certificate by its SHA-256 `HEX` (as 'xdproce serve --tls' prints it); implies --tls")
 	fs.StringVar(&t.ca, "tls-ca", "", "verify the server's certificate with the CA certificates in `FILE` (PEM); implies --tls")
 	fs.StringVar(&t.serverName, "tls-server-name", "", "`name` the server's certificate must carry (default: the host)")
@@ -63,10 +64,13 @@ func (t *ctrlFlags) config(cmd string) (*cm.Config, error) {
 		t.tls = true
 	}
 	cfg := &cm.Config{Insecure: t.insecure, TLSProxy: t.tlsProxy}
+	if t.tlsProxy != "" && !t.server && t.cert != "" {
+		return nil, usageErrorf(cmd, "with --tls-proxy the client certificate is the proxy's own (tls-proxy --cert, --key), not --tls-cert")
+	}
 	if t.tlsProxy != "" && t.clientCA != "" {
 		return nil, usageErrorf(cmd, "--tls-proxy does not check client certificates (--tls-client-ca): authenticate clients with --psk-file")
 	}
-	if t.tlsProxy != "" && (t.tls || t.cert != "" || t.tlsDir != "") {
+	if t.tlsProxy != "" && t.server && (t.tls || t.cert != "" || t.tlsDir != "") {
 		return nil, usageErrorf(cmd, "--tls-proxy runs TLS with the proxy's certificate: it does not go with --tls, --tls-cert or --tls-dir")
 	}
 	if t.pskFile != "" {

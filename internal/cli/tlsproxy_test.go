@@ -85,6 +85,13 @@ func TestPrivilegedServeTLSProxy(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(back, "f")); !bytes.Equal(got, data) {
 		t.Fatalf("got %d bytes back", len(got))
 	}
+	// Both ends' handshakes in proxies (here the same one): the client's endpoint too.
+	if r := runCmd(t, clientCmd(topo, "send", "--tls-proxy", sock, "--tls-fingerprint", fp, "--name", "both", host, src)); r.code != 0 {
+		t.Fatalf("send with the client's handshake in the proxy too: exit %d: %s", r.code, r.stderr)
+	}
+	if got, _ := os.ReadFile(filepath.Join(s.dir, "both")); !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes from the proxied client", len(got))
+	}
 	r := runCmd(t, clientCmd(topo, "send", host, src, "--name", "plain"))
 	oneErrorLine(t, "plain client of serve --tls-proxy", r, 1, "server requires TLS")
 	noPartial(t, s.dir, "plain")
@@ -124,9 +131,11 @@ func TestTLSProxyUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"tls-proxy", "--socket", "x"}, "--socket, --cert and --key are all needed"},
+		{[]string{"tls-proxy", "--cert", "x", "--key", "y"}, "--socket PATH is needed"},
+		{[]string{"tls-proxy", "--socket", "x", "--cert", "c"}, "--cert and --key go together"},
 		{[]string{"serve", "--dev", "lo", "--insecure", "--tls-proxy", "x", "--tls"}, "does not go with --tls"},
 		{[]string{"serve", "--dev", "lo", "--tls-proxy", "x", "--tls-client-ca", "ca.pem"}, "does not check client certificates"},
+		{[]string{"send", "--dev", "lo", "--tls-proxy", "x", "--tls-cert", "c", "--tls-key", "k", "h", "f"}, "the client certificate is the proxy's own"},
 	} {
 		r := runBinary(t, tc.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {

@@ -16,7 +16,7 @@ import (
 
 var sendCommand = &Command{
 	Name:       "send",
-	ShortUsage: "xdproce send --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--name NAME] [--force] [--enlarge] [--json] HOST FILE",
+	ShortUsage: "xdproce send --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--name NAME] [--force] [--enlarge] [--json] HOST FILE",
 	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
 	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
 server's control port is not 18515) by RDMA WRITE into the server's
@@ -61,7 +61,7 @@ EXAMPLES
 
 var getCommand = &Command{
 	Name:       "get",
-	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--json] HOST NAME [FILE]",
+	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--json] HOST NAME [FILE]",
 	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
 	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
 server's registered buffer and writes it to FILE (default: NAME in the
