@@ -77,18 +77,7 @@ func Server(ctx context.Context, nc net.Conn, cfg *Config) (*Conn, error) {
 		return nil, &NotTLSError{Conn: &prefixConn{Conn: nc, r: io.MultiReader(bytes.NewReader(head[:1]), nc)}}
 	}
 	p, err := relay(ctx, nc, head[:1], cfg.Proxy, &Hello{Role: RoleServer})
-	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("ktls: handshake with %v: %w", nc.RemoteAddr(), err)
-	}
-	stop()
-	nc.SetDeadline(time.Time{})
-	c, err := newConn(nc, p, cfg.Kernel, false)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return c, nil
+	return established(nc, p, err, stop, cfg.Kernel, false)
 }
 
 // Client runs the client side of a TLS 1.3 handshake on nc with the proxy doing the
@@ -100,13 +89,19 @@ func Client(ctx context.Context, nc net.Conn, cfg *Config) (*Conn, error) {
 	defer cancel()
 	defer stop()
 	p, err := relay(ctx, nc, nil, cfg.Proxy, &Hello{Role: RoleClient, ServerName: cfg.ServerName, Fingerprint: cfg.Fingerprint, RootCAs: cfg.RootCAs})
+	return established(nc, p, err, stop, cfg.Kernel, true)
+}
+
+// established ends a handshake: on err it closes nc; else it lifts the handshake's deadlines
+// and builds the Conn for the parameters.
+func established(nc net.Conn, p *Params, err error, stop func() bool, mode KernelMode, client bool) (*Conn, error) {
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("ktls: handshake with %v: %w", nc.RemoteAddr(), err)
 	}
 	stop()
 	nc.SetDeadline(time.Time{})
-	c, err := newConn(nc, p, cfg.Kernel, true)
+	c, err := newConn(nc, p, mode, client)
 	if err != nil {
 		nc.Close()
 		return nil, err
