@@ -19,7 +19,9 @@
 //     way (Config.PSK), or TLS client certificates (TLSConfig.ClientCAFile); Listen refuses to
 //     run with neither unless Config.Insecure. It may run over TLS, with a certificate and key
 //     from files or a self-signed pair (kept in TLSConfig.Dir so it survives restarts) the
-//     client pins by its SHA-256 fingerprint; a plain client of a TLS server is told so.
+//     client pins by its SHA-256 fingerprint; a plain client of a TLS server is told so. With
+//     Config.TLSProxy the handshake runs instead in a separate proxy process (cm/tlsproxy)
+//     and the connection's data moves through cm/ktls (kernel TLS where the kernel has it).
 //     Clients retry the connection with backoff for a configurable time, since a server may
 //     still be starting.
 //
