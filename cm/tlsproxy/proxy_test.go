@@ -183,6 +183,44 @@ func TestFailedHandshakesSendNoData(t *testing.T) {
 			t.Fatalf("client got % x, want only an internal_error alert", got)
 		}
 	})
+	t.Run("proxy-dies-midway", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "dying.sock")
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			ktls.ReadFrame(c) // hello
+			ktls.WriteFrame(c, ktls.FrameNeed, nil)
+			ktls.ReadFrame(c) // the ClientHello; then it dies
+		}()
+		res := l.serve(sock)
+		nc, err := net.Dial("tcp", l.tcp.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := &recConn{Conn: nc}
+		tc := tls.Client(rc, &tls.Config{RootCAs: l.roots, ServerName: "xdproce", MinVersion: tls.VersionTLS13})
+		tc.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := tc.Handshake(); err == nil {
+			t.Fatal("handshake with a proxy that died succeeded")
+		}
+		r := <-res
+		if r.err == nil {
+			r.c.Close()
+			t.Fatal("endpoint returned a connection")
+		}
+		io.Copy(io.Discard, rc)
+		if got := rc.received(); !bytes.Equal(got, []byte{21, 3, 3, 0, 2, 2, 80}) {
+			t.Fatalf("client got % x, want only an internal_error alert", got)
+		}
+	})
 	t.Run("plain", func(t *testing.T) {
 		res := l.serve(l.sock)
 		nc, err := net.Dial("tcp", l.tcp.Addr().String())
