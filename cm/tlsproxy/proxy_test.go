@@ -163,25 +163,7 @@ func TestFailedHandshakesSendNoData(t *testing.T) {
 	})
 	t.Run("dead-proxy", func(t *testing.T) {
 		res := l.serve(filepath.Join(t.TempDir(), "nobody.sock"))
-		nc, err := net.Dial("tcp", l.tcp.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc := &recConn{Conn: nc}
-		tc := tls.Client(rc, &tls.Config{RootCAs: l.roots, ServerName: "xdproce", MinVersion: tls.VersionTLS13})
-		tc.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := tc.Handshake(); err == nil {
-			t.Fatal("handshake with a dead proxy succeeded")
-		}
-		r := <-res
-		if r.err == nil {
-			r.c.Close()
-			t.Fatal("endpoint returned a connection")
-		}
-		io.Copy(io.Discard, rc)
-		if got := rc.received(); !bytes.Equal(got, []byte{21, 3, 3, 0, 2, 2, 80}) {
-			t.Fatalf("client got % x, want only an internal_error alert", got)
-		}
+		onlyInternalError(t, l, res)
 	})
 	t.Run("proxy-dies-midway", func(t *testing.T) {
 		sock := filepath.Join(t.TempDir(), "dying.sock")
@@ -201,25 +183,7 @@ func TestFailedHandshakesSendNoData(t *testing.T) {
 			ktls.ReadFrame(c) // the ClientHello; then it dies
 		}()
 		res := l.serve(sock)
-		nc, err := net.Dial("tcp", l.tcp.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc := &recConn{Conn: nc}
-		tc := tls.Client(rc, &tls.Config{RootCAs: l.roots, ServerName: "xdproce", MinVersion: tls.VersionTLS13})
-		tc.SetDeadline(time.Now().Add(10 * time.Second))
-		if err := tc.Handshake(); err == nil {
-			t.Fatal("handshake with a proxy that died succeeded")
-		}
-		r := <-res
-		if r.err == nil {
-			r.c.Close()
-			t.Fatal("endpoint returned a connection")
-		}
-		io.Copy(io.Discard, rc)
-		if got := rc.received(); !bytes.Equal(got, []byte{21, 3, 3, 0, 2, 2, 80}) {
-			t.Fatalf("client got % x, want only an internal_error alert", got)
-		}
+		onlyInternalError(t, l, res)
 	})
 	t.Run("plain", func(t *testing.T) {
 		res := l.serve(l.sock)
@@ -240,6 +204,32 @@ func TestFailedHandshakesSendNoData(t *testing.T) {
 		}
 		ne.Conn.Close()
 	})
+}
+
+// onlyInternalError: a stock client's handshake with an endpoint whose proxy is gone fails,
+// the endpoint returns no connection, and the client receives one internal_error alert and
+// nothing else.
+func onlyInternalError(t *testing.T, l *lab, res <-chan serverResult) {
+	t.Helper()
+	nc, err := net.Dial("tcp", l.tcp.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &recConn{Conn: nc}
+	tc := tls.Client(rc, &tls.Config{RootCAs: l.roots, ServerName: "xdproce", MinVersion: tls.VersionTLS13})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err == nil {
+		t.Fatal("handshake without a working proxy succeeded")
+	}
+	r := <-res
+	if r.err == nil {
+		r.c.Close()
+		t.Fatal("endpoint returned a connection")
+	}
+	io.Copy(io.Discard, rc)
+	if got := rc.received(); !bytes.Equal(got, []byte{21, 3, 3, 0, 2, 2, 80}) {
+		t.Fatalf("client got % x, want only an internal_error alert", got)
+	}
 }
 
 // checkOnlyProxyBytes: once the endpoint has closed, the client received only bytes the proxy
