@@ -31,14 +31,16 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
   cp /usr/local/share/ca-certificates/*.crt "$R/usr/local/share/ca-certificates/"
   chroot "$R" update-ca-certificates >/dev/null
 fi
-cleanup() {
-  for m in tmp run dev/pts dev sys proc; do mountpoint -q "$R/$m" && umount -l "$R/$m"; done
-}
-trap cleanup EXIT
-for m in proc sys dev; do mountpoint -q "$R/$m" || mount --rbind "/$m" "$R/$m"; done
-mountpoint -q "$R/run" || mount -t tmpfs tmpfs "$R/run"
-mountpoint -q "$R/tmp" || mount -t tmpfs -o size=8g tmpfs "$R/tmp"
 rm -rf "$R/root/xdproce"
 git clone -q "$HERE" "$R/root/xdproce"
-chroot "$R" /usr/bin/env -i HOME=/root PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  XDPROCE_REQUIRE_PRIV=1 XDPROCE_INTEROP=0 bash -c 'cd /root/xdproce && make test'
+# A mount namespace of its own: the mounts go when it ends. The chroot's root is bound onto
+# itself so that it is a mount point (ip netns exec remounts / as a slave).
+unshare --mount --propagation private bash -euc '
+  R=$1
+  mount --bind "$R" "$R"
+  for m in proc sys dev; do mount --rbind "/$m" "$R/$m"; done
+  mount -t tmpfs tmpfs "$R/run"
+  mount -t tmpfs -o size=8g tmpfs "$R/tmp"
+  chroot "$R" /usr/bin/env -i HOME=/root PATH=/usr/local/go/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    XDPROCE_REQUIRE_PRIV=1 XDPROCE_INTEROP=0 bash -c "cd /root/xdproce && make test"
+' fresh-chroot "$R"
