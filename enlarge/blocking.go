@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// Write sends p as one message, blocking until all of it is on its way.
+// Write sends p as one message, blocking until all of it is on its way or
+// Send fails (for a promotion whose ack never comes whole, ErrAckTimeout
+// after Config.MaxAckTimeouts ack timeouts).
 func (c *Channel) Write(p []byte) (int, error) { return c.WriteContext(context.Background(), p) }
 
 // Read receives one message into p, blocking until it is complete. A message

@@ -43,6 +43,11 @@ var (
 	ErrContinuation = errors.New("enlarge: send: remainder of a partly sent message expected")
 	// ErrTransport wraps failed work completions.
 	ErrTransport = errors.New("enlarge: work request failed")
+	// ErrAckTimeout is wrapped by Send's error once a sending direction has
+	// waited Config.MaxAckTimeouts ack timeouts for a valid ENLARGE_ACK. The
+	// direction stays failed (the request is never resent); the receiving
+	// direction goes on.
+	ErrAckTimeout = errors.New("enlarge: send: no valid ENLARGE_ACK")
 )
 
 // Endpoint is what the peer needs to know about this end (exchanged out of
@@ -64,6 +69,7 @@ type Stats struct {
 	CreditsSent     int   // credit updates RDMA-written to the peer
 	Promotions      int   // completed promotions: sending direction (ack accepted) plus receiving direction (ack sent)
 	AckRefused      int   // mailbox checks that found a head but no valid ack (missing tail, corrupt)
+	AckTimeouts     int   // ack timeouts (Config.AckTimeout each) of the request out now, or of the last one
 	ReqRefused      int   // malformed or out-of-range requests received and ignored
 	MessagesSent    uint64
 	MessagesRecv    uint64

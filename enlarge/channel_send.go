@@ -29,6 +29,8 @@ type txState struct {
 	completed uint32     // ring writes completed in this phase
 	old       []oldStage // earlier phases' send buffers, freed when their writes complete
 	msgRemain int        // bytes of a partly sent message still to send
+	reqAt     time.Time  // when the ENLARGE_REQ out now was posted
+	err       error      // the direction failed (ErrAckTimeout)
 }
 
 type oldStage struct {
@@ -53,14 +55,30 @@ type oldStage struct {
 // pieces fit now, Send counts them, and the next call must start with the
 // rest of that element (ErrContinuation otherwise). Empty elements are
 // skipped.
+//
+// With Config.WholeVectorLarge, an oversize element anywhere in iov makes
+// Send promote first: the ENLARGE_REQ (for the largest element) goes at once
+// and nothing of iov is sent, 0 bytes, until the promotion is done; then
+// the whole vector goes over the larger buffer.
+//
+// A request left without a valid ack for Config.MaxAckTimeouts ack timeouts
+// fails the direction: Send returns an error wrapping ErrAckTimeout.
 func (c *Channel) Send(iov [][]byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.ready(); err != nil {
 		return 0, err
 	}
+	if c.tx.err != nil {
+		return 0, c.tx.err
+	}
 	if err := c.progress(); err != nil {
 		return 0, err
+	}
+	if c.cfg.WholeVectorLarge {
+		if ok, err := c.promoteFirst(iov); !ok {
+			return 0, err
+		}
 	}
 	n := 0
 	tx := &c.tx
@@ -80,7 +98,7 @@ func (c *Channel) Send(iov [][]byte) (int, error) {
 			continue
 		}
 		if tx.state == StateRequested {
-			ok, err := c.checkAck()
+			ok, err := c.awaitAck()
 			if err != nil || !ok {
 				return n, err
 			}
@@ -108,6 +126,29 @@ func (c *Channel) Send(iov [][]byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// promoteFirst is Send's start with Config.WholeVectorLarge: while an
+// element of iov is over the current phase's threshold (below the top step),
+// it requests (or waits for) the phase the largest element needs. ok is true
+// when every element fits the current phase, or the top step has been
+// reached.
+func (c *Channel) promoteFirst(iov [][]byte) (ok bool, err error) {
+	tx := &c.tx
+	need := 0
+	for _, e := range iov {
+		need = max(need, len(e))
+	}
+	for tx.phase < c.cfg.top() && need > c.cfg.threshold(tx.phase) {
+		if tx.state != StateRequested {
+			_, err := c.sendReq(c.cfg.phaseFor(need), need)
+			return false, err
+		}
+		if ok, err := c.awaitAck(); !ok {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // sendPieces sends e (or its unsent rest) in pieces of the current slot.
@@ -147,7 +188,9 @@ func (c *Channel) sendReq(phase, need int) (bool, error) {
 		return false, err
 	}
 	tx.state, tx.reqPhase = StateRequested, phase
+	tx.reqAt = time.Now()
 	c.st.ControlSent++
+	c.st.AckTimeouts = 0
 	return true, nil
 }
 
@@ -191,6 +234,27 @@ func (c *Channel) post(b []byte, kind uint32) (bool, error) {
 		c.st.MessagesSent++
 	}
 	return true, nil
+}
+
+// awaitAck is checkAck with the count of ack timeouts: when no valid ack is
+// there, it counts the Config.AckTimeout periods since the request and fails
+// the direction (ErrAckTimeout) at Config.MaxAckTimeouts of them.
+func (c *Channel) awaitAck() (bool, error) {
+	ok, err := c.checkAck()
+	if ok || err != nil || c.cfg.MaxAckTimeouts < 0 {
+		return ok, err
+	}
+	c.st.AckTimeouts = int(time.Since(c.tx.reqAt) / c.cfg.AckTimeout)
+	if c.st.AckTimeouts < c.cfg.MaxAckTimeouts {
+		return false, nil
+	}
+	seen := "none arrived"
+	if c.tx.ackArrived {
+		seen = "one arrived but is incomplete or malformed"
+	}
+	c.tx.err = fmt.Errorf("%w for phase %d after %d ack timeouts of %v (%s)",
+		ErrAckTimeout, c.tx.reqPhase, c.st.AckTimeouts, c.cfg.AckTimeout, seen)
+	return false, c.tx.err
 }
 
 // checkAck looks at the mailbox: head first, then (for at most TailTimeout)

@@ -101,29 +101,9 @@ func TestEagerMessagesAllFit(t *testing.T) {
 }
 
 func TestEveryElementChecked(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		sizes     []int
-		wantN     int
-		wantPhase uint32
-		wantSize  uint32
-	}{
-		{"first", []int{461, 10}, 0, 1, 461},
-		{"middle", []int{10, 20, 600, 30}, 30, 1, 600},
-		{"last", []int{10, 20, 30, 461}, 60, 1, 461},
-		{"largest later decides", []int{100, 600, 20000, 5}, 100, 2, 20000},
-		{"over the top", []int{300000}, 0, 2, 300000},
-	} {
+	for _, tc := range oversizeVectors {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPair(t, nil)
-			var iov [][]byte
-			for i, s := range tc.sizes {
-				iov = append(iov, payload(s, int64(i)))
-			}
-			n, err := p.a.Send(iov)
-			if err != nil || n != tc.wantN {
-				t.Fatalf("Send = %d, %v; want %d, nil", n, err, tc.wantN)
-			}
+			p, log, iov := tc.start(t, nil)
 			if s := p.a.Stats(); s.SendState != StateRequested || s.ControlSent != 1 {
 				t.Fatalf("after Send: state %v, control %d; want requested, 1", s.SendState, s.ControlSent)
 			}
@@ -151,7 +131,9 @@ func TestEveryElementChecked(t *testing.T) {
 			if a.Phase != tc.wantPhase || int(a.Length) != p.b.cfg.RingBytes(int(tc.wantPhase)) {
 				t.Errorf("ack %+v, want phase %d", a, tc.wantPhase)
 			}
-			_ = tc.wantSize
+			if reqs, _ := log.get(); len(reqs) != 1 || reqs[0] != (Req{Phase: tc.wantPhase, Size: tc.wantSize}) {
+				t.Errorf("requests %+v, want one {%d %d}", reqs, tc.wantPhase, tc.wantSize)
+			}
 		})
 	}
 }
@@ -677,6 +659,10 @@ func TestConfigValidation(t *testing.T) {
 		{Config{RingSlots: -1}, false},
 		{Config{LargeSlots: 17}, false},
 		{Config{TailTimeout: -1}, false},
+		{Config{AckTimeout: 100 * time.Microsecond}, false}, // under the 200 µs tail timeout
+		{Config{AckTimeout: 200 * time.Microsecond, MaxAckTimeouts: 1}, true},
+		{Config{AckTimeout: 2 * time.Hour}, false},
+		{Config{MaxAckTimeouts: -1, WholeVectorLarge: true}, true},
 		{Config{Mode: 7}, false},
 		{Config{Mode: Baseline}, true},
 		{Config{Mode: Baseline, Ladder: []int{512, 8192}}, false},

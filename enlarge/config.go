@@ -31,25 +31,28 @@ func (m Mode) String() string {
 
 // Defaults.
 const (
-	DefaultRingSlots     = 16
-	DefaultSmall         = 512
-	DefaultThreshold     = 90
-	DefaultLargeSlots    = 1
-	DefaultTailTimeout   = 200 * time.Microsecond
-	BaselineSlots        = 32
-	BaselineSlotSize     = 4096
-	MinSmall, MaxSmall   = 100, 2000    // the seed's range for the first step
-	MinLarge, MaxLarge   = 1000, 200000 // the seed's range for every later step
-	MinThreshold         = 80
-	MaxThreshold         = 100
-	maxSlots             = 1024
-	maxLargeSlots        = 16
-	minTailTimeout       = time.Microsecond
-	maxTailTimeout       = time.Second
-	defaultLargeStep1    = 8 << 10
-	defaultLargeStep2    = 128 << 10
-	maxPhases            = 16
-	baselineMaxSlotBytes = 1 << 20
+	DefaultRingSlots      = 16
+	DefaultSmall          = 512
+	DefaultThreshold      = 90
+	DefaultLargeSlots     = 1
+	DefaultTailTimeout    = 200 * time.Microsecond
+	DefaultAckTimeout     = time.Second
+	DefaultMaxAckTimeouts = 10
+	BaselineSlots         = 32
+	BaselineSlotSize      = 4096
+	MinSmall, MaxSmall    = 100, 2000    // the seed's range for the first step
+	MinLarge, MaxLarge    = 1000, 200000 // the seed's range for every later step
+	MinThreshold          = 80
+	MaxThreshold          = 100
+	maxSlots              = 1024
+	maxLargeSlots         = 16
+	minTailTimeout        = time.Microsecond
+	maxTailTimeout        = time.Second
+	maxAckTimeout         = time.Hour
+	defaultLargeStep1     = 8 << 10
+	defaultLargeStep2     = 128 << 10
+	maxPhases             = 16
+	baselineMaxSlotBytes  = 1 << 20
 )
 
 // DefaultLadder is the default phase ladder: 512 B → 8 KiB → 128 KiB.
@@ -74,6 +77,24 @@ type Config struct {
 	// TailTimeout bounds how long a call that sees an ENLARGE_ACK's head
 	// waits for its tail (default 200 µs).
 	TailTimeout time.Duration
+	// WholeVectorLarge chooses the seed's alternative for an iovec with an
+	// oversize element: instead of sending the elements before it eagerly
+	// (the prefix) and promoting for the rest, Send promotes first and sends
+	// nothing of the vector until the promotion is done; then every element
+	// goes over the larger buffer.
+	WholeVectorLarge bool
+	// AckTimeout is one ack timeout: how long a sending direction with an
+	// ENLARGE_REQ out may go without a complete, well-formed ENLARGE_ACK
+	// before the timeout counts (default 1 s, at least TailTimeout). The
+	// request is never resent, so a lost or corrupt ack would otherwise
+	// leave the direction waiting for ever.
+	AckTimeout time.Duration
+	// MaxAckTimeouts is how many ack timeouts in a row (counted from the
+	// request) fail the sending direction: Send then returns an error
+	// wrapping ErrAckTimeout, at once and on every later call (default 10,
+	// so 10 s with the default AckTimeout; negative: never, Send returns 0
+	// bytes and no error for as long as it is called).
+	MaxAckTimeouts int
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -114,6 +135,12 @@ func (c *Config) withDefaults() (Config, error) {
 	if r.TailTimeout == 0 {
 		r.TailTimeout = DefaultTailTimeout
 	}
+	if r.AckTimeout == 0 {
+		r.AckTimeout = DefaultAckTimeout
+	}
+	if r.MaxAckTimeouts == 0 {
+		r.MaxAckTimeouts = DefaultMaxAckTimeouts
+	}
 	return r, r.validate()
 }
 
@@ -132,6 +159,9 @@ func (c *Config) validate() error {
 	}
 	if c.TailTimeout < minTailTimeout || c.TailTimeout > maxTailTimeout {
 		return bad("tail timeout %v outside %v–%v", c.TailTimeout, minTailTimeout, maxTailTimeout)
+	}
+	if c.AckTimeout < c.TailTimeout || c.AckTimeout > maxAckTimeout {
+		return bad("ack timeout %v outside %v (the tail timeout)–%v", c.AckTimeout, c.TailTimeout, maxAckTimeout)
 	}
 	if c.Mode == Baseline {
 		if len(c.Ladder) != 1 {

@@ -41,6 +41,11 @@
 // that element and no error. Until the answer, nothing more goes into the old
 // ring.
 //
+// Config.WholeVectorLarge chooses the seed's alternative: when any element of
+// the iovec is over the threshold, the request (for the largest element)
+// goes first and nothing of the vector is sent, 0 bytes, until the promotion
+// is done; then the whole vector goes over the larger buffer.
+//
 // The receiver handles the request in Progress (every call runs it), between
 // its other work: messages still queued from the old ring are copied off it,
 // the ring is deregistered (its keys are refused from then on) and freed, the
@@ -49,7 +54,12 @@
 // RDMA-written into the sender's mailbox. The sender checks the head, then
 // (for at most TailTimeout) the tail, then the whole record (magic, type,
 // version, phase, length, rkey); anything less means 0 bytes, no error, no
-// data, and the next call looks again; the request is never resent. On a
+// data, and the next call looks again; the request is never resent. So that a
+// lost or corrupt ack cannot wedge the direction for ever, the calls count
+// ack timeouts, periods of AckTimeout (1 s) since the request without a
+// valid ack: at MaxAckTimeouts of them (10) Send fails the direction with
+// ErrAckTimeout, at once and on every later call (the receiving direction
+// goes on; a negative MaxAckTimeouts keeps the seed's endless 0 bytes). On a
 // valid ack the sender registers its large send buffer (the previous one is
 // deregistered once its writes complete), copies each message in and writes it
 // into the receiver's buffer; the receiver copies it to the caller's buffer.
@@ -78,7 +88,8 @@
 // capture, makes xdproce dump print ENLARGE_REQ, ENLARGE_ACK and
 // ENLARGE_CREDIT with their fields. The golden captures
 // testdata/pcaps/enlarge-*.pcapng show an eager message, a 512 B → 8 KiB
-// promotion, a three-phase promotion and an ack whose tail never comes.
+// promotion, a three-phase promotion, an ack whose tail never comes and a
+// vector sent whole over the promoted buffer (WholeVectorLarge).
 //
 // # Use
 //
@@ -97,5 +108,6 @@
 // Errors: ErrConfig (wrapped) for a bad configuration; ErrNotConnected,
 // ErrClosed; ErrContinuation when a partly sent message is not continued;
 // ErrShortBuffer from Read; ErrTransport (wrapped, sticky) when a work request
-// fails.
+// fails; ErrAckTimeout (wrapped, sticky for the sending direction) when no
+// valid ENLARGE_ACK came within MaxAckTimeouts ack timeouts.
 package enlarge

@@ -297,3 +297,75 @@ func TestGoldenAckTimesOut(t *testing.T) {
 	}
 	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000", "ENLARGE_ACK (incomplete: no tail)")
 }
+
+// TestGoldenWholeVector: with Config.WholeVectorLarge a vector of 100 B,
+// 600 B and 200 B (the middle element over the 460 B threshold of the 512 B
+// ring) goes whole over the 8 KiB buffer: the first frame of the channel is
+// the ENLARGE_REQ for 600 B, in the small ring; after the ENLARGE_ACK come
+// the three elements in order, each a WRITE_WITH_IMM into the acked buffer,
+// and no data ever goes into the small ring.
+func TestGoldenWholeVector(t *testing.T) {
+	l := newLab(t, &Config{WholeVectorLarge: true}, true)
+	ep := l.b.ch.Endpoint()
+	iov := [][]byte{payload(100, 6), payload(600, 7), payload(200, 8)}
+	// one slot in the 8 KiB buffer: b reads each element before the next goes
+	rest, got, n := iov, 0, 0
+	buf := make([]byte, 1000)
+	for i := 0; got < len(iov) && i < 100; i++ {
+		if len(rest) > 0 {
+			k, err := l.a.ch.Send(rest)
+			if err != nil {
+				t.Fatalf("send: %v", err)
+			}
+			if i == 0 && k != 0 {
+				t.Fatalf("first Send = %d, want 0 (promote first)", k)
+			}
+			rest = vectorRest(rest, k)
+		}
+		l.settle()
+		k, end, err := l.b.ch.Recv(buf[n:])
+		if err != nil {
+			t.Fatalf("recv: %v", err)
+		}
+		if n += k; end {
+			if !bytes.Equal(buf[:n], iov[got]) {
+				t.Fatalf("element %d damaged", got)
+			}
+			got, n = got+1, 0
+		}
+		l.settle()
+	}
+	if got != len(iov) {
+		t.Fatalf("%d of %d elements arrived", got, len(iov))
+	}
+	checkGolden(t, l, "enlarge-whole-vector")
+	fr := decodeLab(t, l)
+	if len(fr) == 0 || !fr[0].fromA || !fr[0].control(immReq) {
+		t.Fatalf("first frame is not the ENLARGE_REQ: %+v", fr[0].p.BTH)
+	}
+	next, ack := promotionChecks(t, fr, l, 0, Req{Phase: 1, Size: 600}, ep.RingAddr, ep.RingRKey)
+	for i := 0; i < next; i++ {
+		if fr[i].fromA && fr[i].data() {
+			t.Errorf("frame %d: data before the ack", i)
+		}
+	}
+	var sizes []int
+	for i := next; i < len(fr); i++ {
+		f := &fr[i]
+		if !f.fromA || !f.data() {
+			continue
+		}
+		if f.p.RETH.VA != ack.Addr || f.p.RETH.RKey != ack.RKey || f.p.BTH.Opcode != wire.RCWriteOnlyImm {
+			t.Errorf("frame %d: %v to %#x/%#x, want WRITE_ONLY_WITH_IMMEDIATE into %#x/%#x", i, f.p.BTH.Opcode,
+				f.p.RETH.VA, f.p.RETH.RKey, ack.Addr, ack.RKey)
+		}
+		if !bytes.Equal(f.p.Payload, iov[len(sizes)%len(iov)]) {
+			t.Errorf("frame %d: payload is not element %d", i, len(sizes))
+		}
+		sizes = append(sizes, int(f.p.RETH.DMALen))
+	}
+	if len(sizes) != 3 || sizes[0] != 100 || sizes[1] != 600 || sizes[2] != 200 {
+		t.Errorf("data writes of %v B, want [100 600 200]", sizes)
+	}
+	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=600", "ENLARGE_ACK addr=0x", "ENLARGE_CREDIT phase=1 consumed=1")
+}
