@@ -16,13 +16,14 @@
 // the whole content closes the transfer, and the receiving side answers ok
 // only when its own SHA-256 agrees.
 //
-// With Options.Enlarge, Send moves the content through an enlargement
+// With Options.Enlarge, Send and Get move the content through an enlargement
 // channel (package enlarge) over the queue pair instead: the request
-// (put_enlarge) and the answer carry the channel's configuration and both
-// ends' Endpoints, the content goes as channel messages sized so that the
+// (put_enlarge or get_enlarge) and the answer carry the channel's
+// configuration and both ends' Endpoints, the content goes (from the client
+// for put, from the server for get) as channel messages sized so that the
 // sending direction is promoted one step of the ladder at a time (each
 // promotion an ENLARGE_REQ and an ENLARGE_ACK on the wire), and the end
-// message and verdict are as above. Servers accept both kinds of request,
+// message and verdict are as above. Servers accept every kind of request,
 // and refuse a channel whose buffers would exceed their staging limit
 // (Options.SlotSize × Options.Slots). See enlarge.go.
 //

@@ -3,20 +3,17 @@ package xfer
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"time"
 
 	"github.com/xdproce/xdproce/enlarge"
 	"github.com/xdproce/xdproce/roce"
 )
 
-// Transfers through an enlargement channel (Options.Enlarge; request
-// "put_enlarge"). The client's queue pair goes to INIT and its channel end is
+// Transfers through an enlargement channel (Options.Enlarge; requests
+// "put_enlarge", enlarge_put.go, and "get_enlarge", enlarge_get.go, which
+// share enlarge_stream.go). The client's queue pair goes to INIT and its channel end is
 // created before the request, so the request carries the channel's
 // configuration and the client's Endpoint (receive ring and mailbox) with the
 // queue pair; the server builds its end with the same configuration, connects
@@ -26,7 +23,9 @@ import (
 // ENLARGE_REQ, ENLARGE_ACK, data), then messages of EnlargeMessageSteps top
 // steps, which the channel sends in pieces of the top step. The end message
 // with the SHA-256 and the verdict go over the control connection as for the
-// plain path. A server of an older version answers "unknown request".
+// plain path. For get_enlarge the server is the sending side and the accept
+// also carries the file's size. A server of an older version answers
+// "unknown request".
 
 const msgPutEnlarge = "put_enlarge"
 
@@ -197,217 +196,81 @@ func enlargeSizes(cfg enlarge.Config) (steps []int, rest int) {
 	return steps, EnlargeMessageSteps * cfg.Ladder[len(cfg.Ladder)-1]
 }
 
-// sendEnlarge is Send through an enlargement channel.
-func sendEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *roce.Device, r io.Reader, size int64, name string, o *Options) (res Result, err error) {
-	cc, err := newChanConn(dev, o.Enlarge, o.Connect, c.c.LocalAddr())
-	if err != nil {
-		return res, err
-	}
-	defer cc.close()
-	req := &message{Type: msgPutEnlarge, Version: ProtocolVersion, Name: name, Size: size, Force: o.Force, Channel: cc.info()}
-	cc.endpoint(req)
-	if err := c.send(req); err != nil {
-		return res, err
-	}
-	var acc message
-	if err := c.expect(&acc, msgAccept); err != nil {
-		return res, ctxErr(ctx, err)
-	}
-	if acc.Channel == nil {
-		return res, errors.New("server accepted without an enlargement channel")
-	}
-	if err := cc.connect(&acc, o.Connect); err != nil {
-		return res, err
-	}
-	if err := cc.ch.Connect(acc.Channel.endpoint()); err != nil {
-		return res, fmt.Errorf("enlargement channel: %w", err)
-	}
-	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: OpEnlarge,
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
-	start := time.Now()
-
-	final := make(chan message, 1)
-	go func() {
-		var m message
-		if err := c.recv(&m); err != nil {
-			cancel(err)
-			return
-		}
-		switch m.Type {
-		case msgOK, msgError:
-			if m.Type == msgError {
-				cancel(&RemoteError{Msg: m.Error})
-			}
-			final <- m
-		default:
-			cancel(fmt.Errorf("control connection: unexpected %q during the transfer", m.Type))
-		}
-	}()
-
-	steps, rest := enlargeSizes(cc.ch.Config())
-	buf := make([]byte, max(rest, 1))
-	h := sha256.New()
-	var off int64
-	for i := 0; off < size; i++ {
-		if ctx.Err() != nil {
-			return res, ctxErr(ctx, nil)
-		}
-		n := rest
-		if i < len(steps) {
-			n = steps[i]
-		}
-		n = int(min(int64(n), size-off))
-		b := buf[:n]
-		if _, err := io.ReadFull(r, b); err != nil {
-			return res, fmt.Errorf("read %s at %d: %w", name, off, err)
-		}
-		h.Write(b)
-		if _, err := cc.ch.WriteContext(ctx, b); err != nil {
-			return res, ctxErr(ctx, fmt.Errorf("enlargement channel: %w", err))
-		}
-		off += int64(n)
-		if o.Progress != nil {
-			o.Progress(off, size)
-		}
-	}
-	var extra [1]byte
-	if n, _ := r.Read(extra[:]); n > 0 {
-		c.send(&message{Type: msgError, Error: "the file grew while being sent"})
-		return res, fmt.Errorf("read %s: the file grew while being sent", name)
-	}
-	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	if ctx.Err() != nil {
-		return res, ctxErr(ctx, nil)
-	}
-	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
-		return res, ctxErr(ctx, err)
-	}
-	// The channel does its protocol work only inside its calls: keep it
-	// running (completions of the last writes) while the server finishes.
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for done := false; !done; {
-		select {
-		case m := <-final:
-			if m.Type == msgError {
-				return res, &RemoteError{Msg: m.Error}
-			}
-			if m.SHA256 != res.SHA256 {
-				return res, fmt.Errorf("checksum mismatch: sent sha256 %s, server has %s", res.SHA256, m.SHA256)
-			}
-			done = true
-		case <-ctx.Done():
-			return res, ctxErr(ctx, nil)
-		case <-tick.C:
-			if err := cc.ch.Progress(); err != nil {
-				return res, ctxErr(ctx, fmt.Errorf("enlargement channel: %w", err))
-			}
-		}
-	}
-	res.finish(start)
-	res.Enlarge = cc.result(true)
-	return res, nil
-}
-
-// servePutEnlarge receives a file through an enlargement channel.
-func (s *Server) servePutEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
-	o := s.Options.withDefaults()
-	res = Result{Name: req.Name, Size: req.Size, Link: s.Dev.LinkName(), Peer: req.Link, Op: OpEnlarge}
+// channelConfig is the configuration of the channel a request asks for,
+// refused when it is missing, invalid, or its buffers would exceed this
+// server's staging limit (Options.SlotSize × Options.Slots).
+func (s *Server) channelConfig(c *ctrl, req *message) (*enlarge.Config, error) {
 	if req.Channel == nil {
-		return res, refuse(c, errors.New("enlargement channel: no channel in the request"))
+		return nil, refuse(c, errors.New("enlargement channel: no channel in the request"))
 	}
 	cfg, err := req.Channel.config()
 	if err != nil {
-		return res, refuse(c, err)
+		return nil, refuse(c, err)
 	}
+	o := s.Options.withDefaults()
 	if need, limit := channelBytes(cfg), o.SlotSize*o.Slots; need > limit {
-		return res, refuse(c, fmt.Errorf("enlargement channel: its buffers would take %d bytes, over this server's limit of %d", need, limit))
+		return nil, refuse(c, fmt.Errorf("enlargement channel: its buffers would take %d bytes, over this server's limit of %d", need, limit))
 	}
-	tmp, cleanup, err := s.startReceive(c, req)
+	return cfg, nil
+}
+
+// acceptChannel builds the server's end of the channel a request asks for,
+// connects it to the client's and sends acc with the server's queue pair and
+// Endpoint; res gets the path MTU.
+func (s *Server) acceptChannel(c *ctrl, req *message, cfg *enlarge.Config, acc *message, res *Result) (*chanConn, error) {
+	co := s.Options.withDefaults().Connect
+	cc, err := newChanConn(s.Dev, cfg, co, c.c.LocalAddr())
 	if err != nil {
-		return res, err
+		return nil, refuse(c, err)
 	}
-	defer cleanup()
-	cc, err := newChanConn(s.Dev, cfg, o.Connect, c.c.LocalAddr())
-	if err != nil {
-		return res, refuse(c, err)
-	}
-	defer cc.close()
-	if err := cc.connect(req, o.Connect); err != nil {
-		return res, refuse(c, err)
+	if err := cc.connect(req, co); err != nil {
+		cc.close()
+		return nil, refuse(c, err)
 	}
 	if err := cc.ch.Connect(req.Channel.endpoint()); err != nil {
-		return res, refuse(c, fmt.Errorf("enlargement channel: %w", err))
+		cc.close()
+		return nil, refuse(c, fmt.Errorf("enlargement channel: %w", err))
 	}
-	acc := &message{Type: msgAccept, Channel: cc.info()}
+	acc.Channel = cc.info()
 	cc.endpoint(acc)
 	res.PathMTU = min(acc.PathMTU, req.PathMTU)
 	if err := c.send(acc); err != nil {
-		return res, err
+		cc.close()
+		return nil, err
 	}
-	start := time.Now()
+	return cc, nil
+}
 
-	// The control connection brings the end message, the client's giving
-	// up, or its end.
-	end := make(chan message, 1)
-	go func() {
-		for {
-			var m message
-			if err := c.recv(&m); err != nil {
-				cancel(err)
-				return
-			}
-			switch m.Type {
-			case msgEnd:
-				select {
-				case end <- m:
-				default:
-					cancel(errors.New("control connection: second end message"))
-					return
-				}
-			case msgError:
-				cancel(&RemoteError{Msg: m.Error})
-				return
-			default:
-				cancel(fmt.Errorf("control connection: unexpected %q during the transfer", m.Type))
-				return
-			}
+// openChannel is the client's side of a request for a channel: it builds its
+// end (configuration o.Enlarge), sends req with it and the queue pair, and
+// connects both to the server's as its accept says.
+func openChannel(ctx context.Context, c *ctrl, dev *roce.Device, o *Options, req *message) (*chanConn, *message, error) {
+	cc, err := newChanConn(dev, o.Enlarge, o.Connect, c.c.LocalAddr())
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Channel = cc.info()
+	cc.endpoint(req)
+	acc := &message{}
+	if err = c.send(req); err == nil {
+		if err = c.expect(acc, msgAccept); err != nil {
+			err = ctxErr(ctx, err)
 		}
-	}()
-
-	h := sha256.New()
-	buf := make([]byte, 256<<10)
-	var next int64
-	for next < req.Size {
-		n, err := cc.ch.ReadContext(ctx, buf)
-		if err != nil && !errors.Is(err, enlarge.ErrShortBuffer) {
-			return res, ctxErr(ctx, fmt.Errorf("receive %s after %d of %d bytes: enlargement channel: %w", req.Name, next, req.Size, err))
+	}
+	if err == nil && acc.Channel == nil {
+		err = errors.New("server accepted without an enlargement channel")
+	}
+	if err == nil {
+		err = cc.connect(acc, o.Connect)
+	}
+	if err == nil {
+		if err = cc.ch.Connect(acc.Channel.endpoint()); err != nil {
+			err = fmt.Errorf("enlargement channel: %w", err)
 		}
-		if next+int64(n) > req.Size {
-			return res, refuse(c, fmt.Errorf("more than the %d bytes announced", req.Size))
-		}
-		if err := appendSlot(tmp.File, h, buf[:n], next); err != nil {
-			return res, refuse(c, err)
-		}
-		next += int64(n)
 	}
-	var m message
-	select {
-	case m = <-end:
-	case <-ctx.Done():
-		return res, fmt.Errorf("receive %s after %d of %d bytes: %w", req.Name, next, req.Size, context.Cause(ctx))
+	if err != nil {
+		cc.close()
+		return nil, nil, err
 	}
-	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	if m.Size != req.Size {
-		return res, refuse(c, fmt.Errorf("end after %d of %d bytes", m.Size, req.Size))
-	}
-	if m.SHA256 != res.SHA256 {
-		return res, refuse(c, fmt.Errorf("checksum mismatch: received sha256 %s, client sent %s", res.SHA256, m.SHA256))
-	}
-	if err := tmp.commit(s.overwrite(req)); err != nil {
-		return res, refuse(c, err)
-	}
-	res.finish(start)
-	res.Enlarge = cc.result(false)
-	return res, c.send(&message{Type: msgOK, SHA256: res.SHA256})
+	return cc, acc, nil
 }

@@ -11,11 +11,25 @@ import (
 	"github.com/xdproce/xdproce/roce"
 )
 
-// TestSendEnlarge: files go through an enlargement channel byte-exact over
-// link/pipe and over link/udp on loopback; the sending direction climbs the
-// ladder only as far as the file needs (eager for what fits the 512 B ring,
-// one promotion per step after), and both ends report it.
-func TestSendEnlarge(t *testing.T) {
+// climbCases are file sizes with the phase the data's direction reaches
+// through DefaultEnlargeConfig and the promotions on the way.
+var climbCases = []struct {
+	size, phase, promotions int
+}{
+	{0, 0, 0},
+	{1, 0, 0},
+	{460, 0, 0}, // 90 % of 512 B: still eager
+	{461, 1, 1},
+	{7372, 1, 1}, // 90 % of 8 KiB
+	{7373, 1, 1}, // 7372 B, then 1 B: still fits the 8 KiB step
+	{2*7372 + 1, 2, 2},
+	{1<<20 + 17, 2, 2},
+	{3 << 20, 2, 2},
+}
+
+// overLinks runs f on a pair of devices over link/pipe and over link/udp on
+// loopback.
+func overLinks(t *testing.T, f func(t *testing.T, a, b *roce.Device)) {
 	for _, tt := range []struct {
 		name string
 		devs func(*testing.T) (a, b *roce.Device)
@@ -28,49 +42,47 @@ func TestSendEnlarge(t *testing.T) {
 				t.Skip("see race_on_test.go")
 			}
 			a, b := tt.devs(t)
-			r := newRigOn(t, a, b, nil)
-			for i, c := range []struct {
-				size, phase, promotions int
-			}{
-				{0, 0, 0},
-				{1, 0, 0},
-				{460, 0, 0}, // 90 % of 512 B: still eager
-				{461, 1, 1},
-				{7372, 1, 1}, // 90 % of 8 KiB
-				{7373, 1, 1}, // 7372 B, then 1 B: still fits the 8 KiB step
-				{2*7372 + 1, 2, 2},
-				{1<<20 + 17, 2, 2},
-				{3 << 20, 2, 2},
-			} {
-				data := randomBytes(c.size, uint64(i))
-				name := "e" + string(rune('a'+i))
-				res, err := Send(t.Context(), r.client, r.dial(t), bytes.NewReader(data), int64(c.size), name,
-					&Options{Enlarge: DefaultEnlargeConfig()})
-				if err != nil {
-					t.Fatalf("send %d bytes: %v", c.size, err)
-				}
-				if err := <-r.srvErr; err != nil {
-					t.Fatalf("server: %v", err)
-				}
-				got, err := os.ReadFile(filepath.Join(r.dir, name))
-				if err != nil || !bytes.Equal(got, data) {
-					t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, c.size)
-				}
-				e := res.Enlarge
-				if res.SHA256 != sum(data) || res.Op != OpEnlarge || e == nil {
-					t.Fatalf("send %d bytes: result %+v", c.size, res)
-				}
-				if e.Phase != c.phase || e.Promotions != c.promotions || e.ControlSent != c.promotions ||
-					e.SlotSize != enlarge.DefaultLadder[c.phase] {
-					t.Errorf("send %d bytes: channel %+v, want phase %d after %d promotions", c.size, *e, c.phase, c.promotions)
-				}
-				assertNoTemp(t, r.dir)
-			}
-			if qa, qb := a.Stats().QPs, b.Stats().QPs; qa != 0 || qb != 0 {
-				t.Errorf("queue pairs alive: %d, %d", qa, qb)
-			}
+			f(t, a, b)
 		})
 	}
+}
+
+// TestSendEnlarge: files go through an enlargement channel byte-exact over
+// link/pipe and over link/udp on loopback; the sending direction climbs the
+// ladder only as far as the file needs (eager for what fits the 512 B ring,
+// one promotion per step after), and both ends report it.
+func TestSendEnlarge(t *testing.T) {
+	overLinks(t, func(t *testing.T, a, b *roce.Device) {
+		r := newRigOn(t, a, b, nil)
+		for i, c := range climbCases {
+			data := randomBytes(c.size, uint64(i))
+			name := "e" + string(rune('a'+i))
+			res, err := Send(t.Context(), r.client, r.dial(t), bytes.NewReader(data), int64(c.size), name,
+				&Options{Enlarge: DefaultEnlargeConfig()})
+			if err != nil {
+				t.Fatalf("send %d bytes: %v", c.size, err)
+			}
+			if err := <-r.srvErr; err != nil {
+				t.Fatalf("server: %v", err)
+			}
+			got, err := os.ReadFile(filepath.Join(r.dir, name))
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, c.size)
+			}
+			e := res.Enlarge
+			if res.SHA256 != sum(data) || res.Op != OpEnlarge || e == nil {
+				t.Fatalf("send %d bytes: result %+v", c.size, res)
+			}
+			if e.Phase != c.phase || e.Promotions != c.promotions || e.ControlSent != c.promotions ||
+				e.SlotSize != enlarge.DefaultLadder[c.phase] {
+				t.Errorf("send %d bytes: channel %+v, want phase %d after %d promotions", c.size, *e, c.phase, c.promotions)
+			}
+			assertNoTemp(t, r.dir)
+		}
+		if qa, qb := a.Stats().QPs, b.Stats().QPs; qa != 0 || qb != 0 {
+			t.Errorf("queue pairs alive: %d, %d", qa, qb)
+		}
+	})
 }
 
 // TestEnlargeRefusals: a put_enlarge without a channel, with a configuration

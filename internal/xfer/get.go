@@ -14,9 +14,10 @@ import (
 )
 
 // Get fetches the file name from the server at the other end of conn by RDMA
-// READ into dev, writing it to dst: first under a temporary name in dst's
-// directory, renamed to dst only once the SHA-256 matches the server's. conn
-// is closed on return.
+// READ into dev (through an enlargement channel when opts.Enlarge is set),
+// writing it to dst: first under a temporary name in dst's directory, renamed
+// to dst only once the SHA-256 matches the server's. conn is closed on
+// return.
 func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string, opts *Options) (res Result, err error) {
 	o := opts.withDefaults()
 	if err := ValidName(name); err != nil {
@@ -37,6 +38,9 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 			tmp.discard()
 		}
 	}()
+	if o.Enlarge != nil {
+		return getEnlarge(ctx, cancel, c, dev, name, tmp, &o)
+	}
 
 	q, err := newQPConn(dev, o.SlotSize, o.Slots, roce.LocalWrite, conn.LocalAddr())
 	if err != nil {

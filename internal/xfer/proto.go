@@ -21,8 +21,9 @@ const ProtocolVersion = 1
 // Message types.
 const (
 	msgPut = "put" // client → server: store NAME (Size bytes) written by RDMA WRITE
-	// msgPutEnlarge (enlarge.go): store NAME sent through an enlargement channel
-	msgGet    = "get"    // client → server: send NAME by RDMA READ
+	// msgPutEnlarge (enlarge_put.go): store NAME sent through an enlargement channel
+	msgGet = "get" // client → server: send NAME by RDMA READ
+	// msgGetEnlarge (enlarge_get.go): send NAME through an enlargement channel
 	msgAccept = "accept" // server → client: the server's QP and staging buffer
 	msgData   = "data"   // a slot holds Len bytes of the content at Off
 	msgFree   = "free"   // the slot may be reused
@@ -61,7 +62,7 @@ type message struct {
 	SHA256 string `json:"sha256,omitempty"`
 	Error  string `json:"error,omitempty"`
 
-	// Enlargement channel (put_enlarge and its accept).
+	// Enlargement channel (put_enlarge, get_enlarge and their accepts).
 	Channel *channelInfo `json:"channel,omitempty"`
 }
 

@@ -39,12 +39,13 @@ type Options struct {
 	Force bool
 	// Log receives diagnostics (nil: none).
 	Log *slog.Logger
-	// Enlarge, when set, makes Send move the file through an enlargement
-	// channel (package enlarge) with this configuration instead of RDMA
-	// WRITEs into the server's staging buffer; SlotSize and Slots are then
-	// not used. &enlarge.Config{} means enlarge's defaults;
-	// DefaultEnlargeConfig is what `xdproce send --enlarge` uses. Servers
-	// accept either kind of transfer whatever their Options.
+	// Enlarge, when set, makes Send and Get move the file through an
+	// enlargement channel (package enlarge) with this configuration instead
+	// of RDMA WRITEs into (READs from) the server's staging buffer; SlotSize
+	// and Slots are then not used. &enlarge.Config{} means enlarge's
+	// defaults; DefaultEnlargeConfig is what `xdproce send --enlarge` and
+	// `xdproce get --enlarge` use. Servers accept every kind of transfer
+	// whatever their Options.
 	Enlarge *enlarge.Config
 }
 

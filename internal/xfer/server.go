@@ -127,6 +127,9 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 		res, err = s.servePutEnlarge(ctx, cancel, c, &req)
 	case msgGet:
 		res, err = s.serveGet(ctx, cancel, c, &req)
+	case msgGetEnlarge:
+		op = msgGet
+		res, err = s.serveGetEnlarge(ctx, cancel, c, &req)
 	default:
 		err = fmt.Errorf("unknown request %q", req.Type)
 		c.send(&message{Type: msgError, Error: err.Error()})
@@ -219,30 +222,42 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 	}
 }
 
-func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
-	o := s.Options.withDefaults()
-	res = Result{Name: req.Name, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA READ"}
+// openGet opens the file a get request names (refusing the request when it
+// cannot) and returns it with its size.
+func (s *Server) openGet(c *ctrl, req *message) (*os.File, int64, error) {
 	if err := ValidName(req.Name); err != nil {
-		return res, refuse(c, err)
+		return nil, 0, refuse(c, err)
 	}
 	root, release, err := s.dirRoot()
 	if err != nil {
-		return res, refuse(c, err)
+		return nil, 0, refuse(c, err)
 	}
 	defer release()
 	f, err := openServed(root, req.Name)
 	if err != nil {
-		return res, refuse(c, err)
+		return nil, 0, refuse(c, err)
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%q is not a regular file", req.Name)
+	} else if err != nil {
+		err = fmt.Errorf("stat %q: %w", req.Name, err)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, refuse(c, err)
+	}
+	return f, st.Size(), nil
+}
+
+func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
+	o := s.Options.withDefaults()
+	res = Result{Name: req.Name, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA READ"}
+	f, size, err := s.openGet(c, req)
+	if err != nil {
+		return res, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return res, refuse(c, fmt.Errorf("stat %q: %w", req.Name, err))
-	}
-	if !st.Mode().IsRegular() {
-		return res, refuse(c, fmt.Errorf("%q is not a regular file", req.Name))
-	}
-	size := st.Size()
 	res.Size = size
 	slotSize, slots := s.limits(req)
 	slotSize, slots = stagingSize(size, slotSize, slots)
