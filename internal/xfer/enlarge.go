@@ -13,10 +13,10 @@ import (
 
 // Transfers through an enlargement channel (Options.Enlarge; requests
 // "put_enlarge", enlarge_put.go, and "get_enlarge", enlarge_get.go, which
-// share enlarge_stream.go). The client's queue pair goes to INIT and its channel end is
-// created before the request, so the request carries the channel's
-// configuration and the client's Endpoint (receive ring and mailbox) with the
-// queue pair; the server builds its end with the same configuration, connects
+// share enlarge_stream.go). The client's queue pair goes to INIT and its
+// channel end is created before the request, so the request carries the
+// channel's configuration and the client's Endpoint (receive ring and
+// mailbox) with the queue pair; the server builds its end with the same configuration, connects
 // and answers with its queue pair and Endpoint. The content then goes as
 // channel messages in order: a first message just over the phase-0 threshold
 // of each step of the ladder (so the sending direction promotes step by step:
