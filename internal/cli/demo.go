@@ -31,7 +31,7 @@ import (
 
 var demoCommand = &Command{
 	Name:       "demo",
-	ShortUsage: "xdproce demo [--size N] [--link xsk|udp] [--capture FILE] [--mtu N]",
+	ShortUsage: "xdproce demo [--size N] [--link xsk|udp] [--capture FILE] [--mtu N] [--enlarge]",
 	ShortHelp:  "send a file between two network namespaces over RoCEv2 and verify it",
 	LongHelp: `Demo shows the whole stack on one machine. As root it builds its own lab: two
 network namespaces joined by a veth pair (198.51.100.1 and 198.51.100.2,
@@ -56,10 +56,19 @@ to a new file per run, $TMPDIR/xdproce-demo-*.pcapng (the path is printed);
 --capture FILE names one, --capture "" turns it off. A capture that cannot be
 read back fails the demo.
 
+With --enlarge the file goes through an enlargement channel ('send
+--enlarge'): the sending direction starts on the server's 16 × 512 B ring and
+is promoted 512 B → 8 KiB → 128 KiB as the messages need it. The demo then
+prints the promotions, each ENLARGE_REQ and ENLARGE_ACK with its frame and
+fields as 'xdproce dump' names them, read from the capture (with --capture ""
+it still captures, into its work directory, removed at exit), and the phase
+the channel reached.
+
 EXAMPLES
   sudo make demo
   sudo xdproce demo --size 256MiB
   sudo xdproce demo --link udp --capture /tmp/udp.pcapng
+  sudo xdproce demo --enlarge --size 4MiB
   xdproce demo --size 8MiB`,
 	Setup: setupDemo,
 }
@@ -72,6 +81,7 @@ func setupDemo(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	fs.Var(&lf, "link", "frame `path` in the lab: xsk (AF_XDP) or udp (kernel UDP sockets)")
 	capPath := fs.String("capture", defaultCapture, "write the sender's frames to `FILE` (pcapng); empty for none; default a new $TMPDIR/xdproce-demo-*.pcapng")
 	mtu := fs.Int("mtu", 9000, "MTU of the lab's veth pair (1500: path MTU 1024; 9000: path MTU 4096)")
+	enl := fs.Bool("enlarge", false, "send through an enlargement channel and print its promotions (ENLARGE_REQ, ENLARGE_ACK)")
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce demo"
 		if len(args) != 0 {
@@ -86,7 +96,7 @@ func setupDemo(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if *mtu < 1280 || *mtu > 9000 {
 			return usageErrorf(cmd, "--mtu %d: want 1280 to 9000", *mtu)
 		}
-		d := &demo{env: env, size: int64(size), link: lf.kind, capPath: *capPath, mtu: *mtu}
+		d := &demo{env: env, size: int64(size), link: lf.kind, capPath: *capPath, mtu: *mtu, enlarge: *enl}
 		return d.run(ctx)
 	}
 }
@@ -100,6 +110,8 @@ type demo struct {
 	link    roce.LinkKind
 	capPath string
 	mtu     int
+	enlarge bool   // through an enlargement channel (--enlarge)
+	capWork bool   // the capture is in work: made for --enlarge's promotions only
 	work    string // temporary directory
 	srcSum  string
 	cancel  context.CancelFunc // stops the run when stdout is gone
@@ -144,6 +156,10 @@ func (d *demo) run(ctx context.Context) (err error) {
 				os.Remove(d.capPath)
 			}
 		}()
+	}
+	if d.enlarge && d.capPath == "" {
+		d.capPath, d.capWork = filepath.Join(work, "enlarge.pcapng"), true
+		d.say("--enlarge reads its promotions from a capture: capturing into the work directory (removed at exit)")
 	}
 	src := filepath.Join(work, "demo.bin")
 	if d.srcSum, err = writeRandom(src, d.size); err != nil {
@@ -241,6 +257,9 @@ func (d *demo) lab(ctx context.Context, src string) (err error) {
 	if d.capPath != "" {
 		sendArgs = append(sendArgs, "--capture", d.capPath)
 	}
+	if d.enlarge {
+		sendArgs = append(sendArgs, "--enlarge")
+	}
 	sendArgs = append(sendArgs, srv.IPv4.String(), src)
 	client := cli.NS.Command(ctx, exe, sendArgs...)
 	var clientOut bytes.Buffer
@@ -248,7 +267,7 @@ func (d *demo) lab(ctx context.Context, src string) (err error) {
 	client.SysProcAttr = dieWithParent()
 	client.Cancel = func() error { return client.Process.Signal(os.Interrupt) }
 	client.WaitDelay = 3 * time.Second
-	d.say("sending %s of random data from %v to %v by RDMA WRITE ...", humanBytes(d.size), cli.IPv4, srv.IPv4)
+	d.say("sending %s of random data from %v to %v %s ...", humanBytes(d.size), cli.IPv4, srv.IPv4, d.how())
 	cerr := client.Run()
 	if ctx.Err() != nil {
 		return errors.New("demo: interrupted")
@@ -325,8 +344,12 @@ func (d *demo) loopback(ctx context.Context, src string) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer f.Close()
-	d.say("sending %s of random data from %v to %v by RDMA WRITE ...", humanBytes(d.size), xfer.LoopbackA, xfer.LoopbackB)
-	res, err := xfer.Send(ctx, a, conn, f, d.size, "demo.bin", &xfer.Options{Log: d.env.Log})
+	d.say("sending %s of random data from %v to %v %s ...", humanBytes(d.size), xfer.LoopbackA, xfer.LoopbackB, d.how())
+	o := &xfer.Options{Log: d.env.Log}
+	if d.enlarge {
+		o.Enlarge = xfer.DefaultEnlargeConfig()
+	}
+	res, err := xfer.Send(ctx, a, conn, f, d.size, "demo.bin", o)
 	if err != nil {
 		return fmt.Errorf("demo: send: %w", interrupted(ctx, err))
 	}
@@ -359,9 +382,14 @@ func (d *demo) report(res xfer.Result, received string) error {
 			return fmt.Errorf("demo: capture %s holds no RoCE frame", d.capPath)
 		case bad > 0:
 			return fmt.Errorf("demo: capture %s: %d of %d RoCE frames do not verify", d.capPath, bad, n)
+		case d.capWork:
+			d.say("capture: %d RoCE frames, every ICRC good", n)
 		default:
 			d.say("capture: %s (%d RoCE frames, every ICRC good; 'xdproce dump %s | less')", d.capPath, n, d.capPath)
 		}
+	}
+	if d.enlarge {
+		return d.promotions(res.Enlarge)
 	}
 	return nil
 }

@@ -85,28 +85,7 @@ func TestPrivilegedSendEnlarge(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("send --enlarge: exit %d: %s\nserver: %s", r.code, r.stderr, s.errb.String())
 	}
-	var res struct {
-		Size    int64  `json:"size"`
-		SHA256  string `json:"sha256"`
-		Op      string `json:"op"`
-		Link    string `json:"link"`
-		Enlarge *struct {
-			Phase      int `json:"phase"`
-			SlotSize   int `json:"slot_size"`
-			Promotions int `json:"promotions"`
-			Control    int `json:"control_sent"`
-		} `json:"enlarge"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-		t.Fatalf("send output %q: %v", r.stdout, err)
-	}
-	if res.Size != size || res.SHA256 != hexString(want[:]) || !strings.HasPrefix(res.Op, "enlarge") ||
-		!strings.HasPrefix(res.Link, "AF_XDP") || res.Enlarge == nil {
-		t.Fatalf("result %+v", res)
-	}
-	if e := res.Enlarge; e.Phase != 2 || e.SlotSize != 128<<10 || e.Promotions != 2 || e.Control != 2 {
-		t.Errorf("channel %+v, want phase 2 (128 KiB) after 2 promotions", *e)
-	}
+	checkClimbed(t, r.stdout, size, want, "AF_XDP")
 	if got, err := os.ReadFile(filepath.Join(dir, "climb")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, size)
 	}
@@ -134,6 +113,36 @@ func TestPrivilegedSendEnlarge(t *testing.T) {
 		if !strings.Contains(s.out.String(), w) {
 			t.Errorf("server output lacks %q:\n%s", w, s.out.String())
 		}
+	}
+}
+
+// checkClimbed checks the --json result of a send or get --enlarge of size
+// bytes with SHA-256 want over the link named link…: the channel's data
+// direction reached phase 2 (128 KiB) after 2 promotions, and this side sent
+// 2 control messages (requests when sending, acks when getting).
+func checkClimbed(t *testing.T, stdout string, size int, want [32]byte, link string) {
+	t.Helper()
+	var res struct {
+		Size    int64  `json:"size"`
+		SHA256  string `json:"sha256"`
+		Op      string `json:"op"`
+		Link    string `json:"link"`
+		Enlarge *struct {
+			Phase      int `json:"phase"`
+			SlotSize   int `json:"slot_size"`
+			Promotions int `json:"promotions"`
+			Control    int `json:"control_sent"`
+		} `json:"enlarge"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	if res.Size != int64(size) || res.SHA256 != hexString(want[:]) || !strings.HasPrefix(res.Op, "enlarge") ||
+		!strings.HasPrefix(res.Link, link) || res.Enlarge == nil {
+		t.Fatalf("result %+v", res)
+	}
+	if e := res.Enlarge; e.Phase != 2 || e.SlotSize != 128<<10 || e.Promotions != 2 || e.Control != 2 {
+		t.Errorf("channel %+v, want phase 2 (128 KiB) after 2 promotions, 2 control messages", *e)
 	}
 }
 
@@ -202,11 +211,20 @@ func field(desc, key string) string {
 // returns its channel events in order: REQn and ACKn for the control
 // messages (checking their directions), DATA for a run of this side's
 // writes of content.
-func channelEvents(t *testing.T, capPath string) string {
+func channelEvents(t *testing.T, capPath string) string { return channelEventsOf(t, capPath, true) }
+
+// channelEventsOf is channelEvents for the capture of the data's sending side
+// (sender) or of its receiving side (get --enlarge), where requests and data
+// come in and acks go out.
+func channelEventsOf(t *testing.T, capPath string, sender bool) string {
 	t.Helper()
 	js := runBinary(t, "dump", "--json", capPath)
 	if js.code != 0 {
 		t.Fatalf("dump --json: exit %d: %s", js.code, js.stderr)
+	}
+	out, in := "out", "in"
+	if !sender {
+		out, in = in, out
 	}
 	var events []string
 	for _, line := range strings.Split(strings.TrimSpace(js.stdout), "\n") {
@@ -216,16 +234,16 @@ func channelEvents(t *testing.T, capPath string) string {
 		}
 		switch {
 		case rec.PayloadKind == "enlarge" && strings.HasPrefix(rec.Payload, "ENLARGE_REQ"):
-			if rec.Dir != "out" {
+			if rec.Dir != out {
 				t.Errorf("frame %d: ENLARGE_REQ %s", rec.Index, rec.Dir)
 			}
 			events = append(events, "REQ"+field(rec.Payload, "phase"))
 		case rec.PayloadKind == "enlarge" && strings.HasPrefix(rec.Payload, "ENLARGE_ACK"):
-			if rec.Dir != "in" {
+			if rec.Dir != in {
 				t.Errorf("frame %d: ENLARGE_ACK %s", rec.Index, rec.Dir)
 			}
 			events = append(events, "ACK"+field(rec.Payload, "phase"))
-		case rec.Dir == "out" && strings.Contains(rec.BTH.Opcode, "RDMA_WRITE") && rec.PayloadKind == "" && rec.PayloadLen > 0:
+		case rec.Dir == out && strings.Contains(rec.BTH.Opcode, "RDMA_WRITE") && rec.PayloadKind == "" && rec.PayloadLen > 0:
 			if n := len(events); n == 0 || events[n-1] != "DATA" {
 				events = append(events, "DATA")
 			}

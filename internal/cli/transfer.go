@@ -61,7 +61,7 @@ EXAMPLES
 
 var getCommand = &Command{
 	Name:       "get",
-	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--json] HOST NAME [FILE]",
+	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--enlarge] [--json] HOST NAME [FILE]",
 	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
 	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
 server's registered buffer and writes it to FILE (default: NAME in the
@@ -72,12 +72,22 @@ files that earlier gets left in that directory when they were killed
 (.NAME.xdproce-PID-START-RANDOM.part of processes that are gone) are
 removed first, and named on stderr. Authentication flags are as for send.
 
+With --enlarge the server sends the file through an enlargement channel
+instead, as 'send --enlarge' does the other way: the server's sending
+direction starts on this side's 16 × 512 B ring and is promoted along the
+ladder 512 B → 8 KiB → 128 KiB as its messages need it; each ENLARGE_REQ from
+the server is answered from here (this side frees its ring, registers the
+larger buffer and RDMA-writes an ENLARGE_ACK into the server's mailbox), and
+'xdproce dump' of a --capture shows them. The result adds the phase the
+direction reached, the promotions and the bytes this side had registered.
+
 On a terminal a progress bar with rate and ETA goes to stderr; the result goes
 to stdout (with --json as one object, as for send).
 
 EXAMPLES
   sudo xdproce get --dev eth1 --psk-file key 198.51.100.1 disk.img
   sudo xdproce get --dev eth1 198.51.100.1 disk.img /tmp/copy.img
+  sudo xdproce get --dev eth1 --enlarge --capture g.pcapng 198.51.100.1 data.bin && xdproce dump g.pcapng
   xdproce get --dev eth1 --link udp --json 198.51.100.1 notes.txt`,
 	Setup: setupGet,
 }
@@ -159,6 +169,7 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 	df.register(fs, true)
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
+	enl := fs.Bool("enlarge", false, "have the server send through an enlargement channel (this side's small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA READ from its staging buffer")
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -202,6 +213,9 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		o := &xfer.Options{Log: env.Log}
 		if bar != nil {
 			o.Progress = bar.update
+		}
+		if *enl {
+			o.Enlarge = xfer.DefaultEnlargeConfig()
 		}
 		res, err := xfer.Get(ctx, dev.Device, conn, name, dst, o)
 		bar.finish()

@@ -162,16 +162,21 @@ func TestInfoJSON(t *testing.T) {
 	}
 }
 
-// TestDemoUnprivileged runs the demo as an unprivileged user: it says so and
-// moves the data over link/udp on loopback; the capture it writes verifies.
-func TestDemoUnprivileged(t *testing.T) {
+// unprivileged returns a maker of commands of the binary that run
+// unprivileged (as nobody when the test runs as root), with TMPDIR a new
+// directory it can write, also returned.
+func unprivileged(t *testing.T) (cmdFor func(args ...string) *exec.Cmd, dir string) {
 	dir, err := os.MkdirTemp("", "xdproce-demo-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	bin := binary
-	cmdFor := func(args ...string) *exec.Cmd { return exec.Command(bin, args...) }
+	cmdFor = func(args ...string) *exec.Cmd {
+		c := exec.Command(bin, args...)
+		c.Env = append(os.Environ(), "TMPDIR="+dir)
+		return c
+	}
 	if os.Geteuid() == 0 {
 		// Drop to nobody: the binary and the output directory must be
 		// reachable for it.
@@ -191,6 +196,13 @@ func TestDemoUnprivileged(t *testing.T) {
 			return c
 		}
 	}
+	return cmdFor, dir
+}
+
+// TestDemoUnprivileged runs the demo as an unprivileged user: it says so and
+// moves the data over link/udp on loopback; the capture it writes verifies.
+func TestDemoUnprivileged(t *testing.T) {
+	cmdFor, dir := unprivileged(t)
 	capPath := filepath.Join(dir, "demo.pcapng")
 	r := runCmd(t, cmdFor("demo", "--size", "3MiB", "--capture", capPath))
 	if r.code != 0 {

@@ -11,12 +11,18 @@ import (
 // get_enlarge: the server sends a file through an enlargement channel, the
 // mirror of put_enlarge. The client's request carries the channel's
 // configuration and its Endpoint; the server's accept carries the file's size
-// and its own Endpoint. The server's sending direction climbs the ladder (its
+// and its own Endpoint. The client then connects its queue pair and says
+// ready (the server's first write must not reach a queue pair that cannot
+// receive yet: it would be dropped and wait for RC's retransmission). The
+// server's sending direction climbs the ladder (its
 // ENLARGE_REQs answered by the client's ENLARGE_ACKs), sends the end message
 // with the SHA-256, and the client answers ok once its own SHA-256 agrees,
 // then renames its temporary file.
 
-const msgGetEnlarge = "get_enlarge"
+const (
+	msgGetEnlarge = "get_enlarge"
+	msgReady      = "ready" // client → server: its end of the channel is connected
+)
 
 // getEnlarge is Get through an enlargement channel, into tmp.
 func getEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *roce.Device, name string, tmp *tempFile, o *Options) (res Result, err error) {
@@ -27,6 +33,9 @@ func getEnlarge(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, de
 	defer cc.close()
 	if acc.Size < 0 {
 		return res, fmt.Errorf("server offered a file of %d bytes", acc.Size)
+	}
+	if err := c.send(&message{Type: msgReady}); err != nil {
+		return res, ctxErr(ctx, err)
 	}
 	res = Result{Name: name, Size: acc.Size, Link: dev.LinkName(), Peer: acc.Link, Op: OpEnlarge,
 		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
@@ -68,6 +77,10 @@ func (s *Server) serveGetEnlarge(ctx context.Context, cancel context.CancelCause
 		return res, err
 	}
 	defer cc.close()
+	var m message
+	if err := c.expect(&m, msgReady); err != nil {
+		return res, ctxErr(ctx, err)
+	}
 	start := time.Now()
 
 	final := watchVerdict(c, cancel)

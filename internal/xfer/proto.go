@@ -23,7 +23,7 @@ const (
 	msgPut = "put" // client → server: store NAME (Size bytes) written by RDMA WRITE
 	// msgPutEnlarge (enlarge_put.go): store NAME sent through an enlargement channel
 	msgGet = "get" // client → server: send NAME by RDMA READ
-	// msgGetEnlarge (enlarge_get.go): send NAME through an enlargement channel
+	// msgGetEnlarge, msgReady (enlarge_get.go): send NAME through an enlargement channel
 	msgAccept = "accept" // server → client: the server's QP and staging buffer
 	msgData   = "data"   // a slot holds Len bytes of the content at Off
 	msgFree   = "free"   // the slot may be reused
