@@ -126,6 +126,13 @@ type Options struct {
 	// goroutine (the runtime does not reuse a thread left locked). nil (the
 	// default) leaves placement to the scheduler. Linux only.
 	CPUs []int
+	// OOOContexts is the size of the device's pool of OOO receive contexts
+	// (0: DefaultOOOContexts; at most MaxOOOContexts), made when the first
+	// OOO queue pair is created.
+	OOOContexts int
+	// ContextSeed fixes the first keys of the OOO contexts (reproducible
+	// captures); 0 draws them from crypto/rand.
+	ContextSeed uint64
 }
 
 // DefaultRxCoalesce is the default of Options.RxCoalesce. The kernel adds
@@ -168,6 +175,7 @@ type Stats struct {
 	RNRNAKs                 uint64 // RNR NAKs sent and received
 	Duplicates              uint64 // duplicate requests received
 	QPDropped               uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
+	OOO                     OOOStats
 }
 
 // addQPStats adds the counters of one queue pair to st.
@@ -181,6 +189,7 @@ func addQPStats(st *Stats, q *qp.QP) {
 	st.RNRNAKs += c.RNRNAKsSent + c.RNRNAKsRecv
 	st.Duplicates += c.Duplicates
 	st.QPDropped += c.Dropped
+	st.OOO.add(oooStats(q.Stats()))
 }
 
 // ErrClosed is returned by operations on a closed Device.
@@ -225,6 +234,9 @@ type Device struct {
 	cleanup   []func() error
 
 	st statCounters
+
+	ctxPool *qp.ContextPool // OOO contexts (nil until the first OOO queue pair)
+	oooQPs  atomic.Int32    // OOO queue pairs alive: the engine accepts OOO opcodes
 
 	capw        *capture.Writer          // the capture's writer (nil: none)
 	xdpCounters func() (Counters, error) // the XDP program's verdict counters (nil: none)
@@ -405,6 +417,7 @@ func (d *Device) Stats() Stats {
 	st.Retransmits, st.Timeouts, st.SeqNAKs = d.retired.Retransmits, d.retired.Timeouts, d.retired.SeqNAKs
 	st.RNRNAKs, st.Duplicates, st.QPDropped = d.retired.RNRNAKs, d.retired.Duplicates, d.retired.QPDropped
 	st.FastRetransmits, st.SpuriousFastRetransmits = d.retired.FastRetransmits, d.retired.SpuriousFastRetransmits
+	st.OOO = d.retired.OOO
 	for _, e := range d.qps {
 		addQPStats(&st, e.q)
 	}
@@ -463,6 +476,9 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 	if err != nil {
 		return nil, err
 	}
+	if q.Type() == qp.OOO {
+		d.oooQPs.Add(1)
+	}
 	e := &qpEntry{q: q, qpn: n}
 	e.ring = func() { d.doorbell(e) }
 	q.SetDoorbell(e.ring)
@@ -485,6 +501,9 @@ func (d *Device) removeQP(e *qpEntry) {
 		return
 	}
 	e.dead.Store(true)
+	if e.q.Type() == qp.OOO {
+		d.oooQPs.Add(-1)
+	}
 	delete(d.qps, e.qpn)
 	addQPStats(&d.retired, e.q)
 	d.retiredQP.add(e.q)

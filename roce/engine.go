@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/qp"
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
@@ -216,7 +217,11 @@ func (e *engine) input(frame []byte, now int64) {
 	e.rxFrames++
 	e.rxBytes += uint64(len(frame))
 	p := &e.pkt
-	if err := p.DecodeWritable(frame); err != nil {
+	flags := wire.InPlace
+	if e.d.oooQPs.Load() > 0 {
+		flags |= wire.AcceptOOO
+	}
+	if err := p.DecodeWith(frame, flags); err != nil {
 		switch {
 		case errors.Is(err, wire.ErrBadICRC):
 			e.dropBadICRC++
@@ -232,6 +237,10 @@ func (e *engine) input(frame []byte, now int64) {
 	q := e.d.lookup(p.BTH.DestQPN)
 	if q == nil || q.dead.Load() {
 		e.dropUnknownQPN++
+		return
+	}
+	if info, _ := p.BTH.Opcode.Info(); info.Transport == wire.OOO && q.q.Type() != qp.OOO {
+		e.dropMalformed++ // as on a device without OOO queue pairs: an unknown opcode
 		return
 	}
 	e.delivered++

@@ -76,7 +76,7 @@ func (cs *Counters) UnmarshalJSON(data []byte) error {
 // QPSnapshot is one queue pair's counters.
 type QPSnapshot struct {
 	QPN      uint32   `json:"qpn"`
-	Type     string   `json:"type"`  // "RC", "UC", "UD"
+	Type     string   `json:"type"`  // "RC", "UC", "UD", "OOO"
 	State    string   `json:"state"` // "RTS", ...
 	Counters Counters `json:"counters"`
 }
@@ -125,6 +125,14 @@ var qpCounters = [...]struct {
 	{"err_naks_sent", qp.CtrErrNAKsSent},
 	{"qp_dropped", qp.CtrDropped},
 	{"encode_errors", qp.CtrEncodeErrors},
+	{"stale_ctx", qp.CtrStaleCtx},
+	{"stale_tid", qp.CtrStaleTID},
+	{"dup_index", qp.CtrDupIndex},
+	{"ooo_completions_sent", qp.CtrOOOCompletionsSent},
+	{"ooo_completions_received", qp.CtrOOOCompletionsRecv},
+	{"ooo_protection_errors", qp.CtrOOOProtErrors},
+	{"ooo_read_busy", qp.CtrOOOReadBusy},
+	{"ooo_work_overflow", qp.CtrOOOWorkOverflow},
 }
 
 // qpTotals are sums of qpCounters, in their order.
@@ -184,7 +192,9 @@ func (d *Device) Snapshot(perQP bool) *Snapshot {
 	add("rdma_sends", t.value("rdma_sends"))
 	add("rdma_recvs", t.value("rdma_recvs"))
 	for _, name := range []string{"retransmits", "timeouts", "fast_retransmits", "spurious_fast_retransmits",
-		"replays", "err_naks_sent", "qp_dropped", "encode_errors"} {
+		"replays", "err_naks_sent", "qp_dropped", "encode_errors", "stale_ctx", "stale_tid", "dup_index",
+		"ooo_completions_sent", "ooo_completions_received", "ooo_protection_errors", "ooo_read_busy",
+		"ooo_work_overflow"} {
 		add(name, t.value(name))
 	}
 	add("icrc_errors", s.dropBadICRC.Load())

@@ -104,11 +104,18 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
 		return nil, errors.New("roce: create qp: SendCQ and RecvCQ are required")
 	}
+	var pool *qp.ContextPool
+	if cfg.Type == qp.OOO {
+		var err error
+		if pool, err = d.contextPool(); err != nil {
+			return nil, fmt.Errorf("roce: create qp: %w", err)
+		}
+	}
 	e, err := d.addQP(cfg.QPN, func(n uint32) (*qp.QP, error) {
 		q, err := qp.New(qp.Config{
 			Type: cfg.Type, PD: p.pd, Table: d.tbl, SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ,
 			MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
-			MaxInline: cfg.MaxInline, QPN: n, SendWindow: cfg.SendWindow,
+			MaxInline: cfg.MaxInline, QPN: n, SendWindow: cfg.SendWindow, Contexts: pool,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("roce: create qp: %w", err)

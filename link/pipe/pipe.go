@@ -274,32 +274,53 @@ func (l *Link) Wait(timeout time.Duration) error {
 		return link.ErrClosed
 	}
 	d := l.rx
-	d.mu.Lock()
-	now := nowNS()
-	ready, next := d.pending(now)
-	d.mu.Unlock()
-	if ready {
-		return nil
-	}
-	if next >= 0 && (timeout < 0 || time.Duration(next-now) < timeout) {
-		timeout = time.Duration(next - now)
-	}
-	if timeout == 0 {
-		return nil
-	}
-	var tc <-chan time.Time
+	var end int64 // the caller's deadline (0: none)
 	if timeout > 0 {
-		l.timer.Reset(timeout)
-		defer l.timer.Stop()
-		tc = l.timer.C
+		end = nowNS() + int64(timeout)
 	}
-	select {
-	case <-l.notify:
-	case <-l.done:
-		return link.ErrClosed
-	case <-tc:
+	defer l.timer.Stop()
+	for {
+		d.mu.Lock()
+		now := nowNS()
+		ready, next := d.pending(now)
+		d.mu.Unlock()
+		if ready {
+			return nil
+		}
+		wait := time.Duration(-1)
+		if end != 0 {
+			if wait = time.Duration(end - now); wait <= 0 {
+				return nil
+			}
+		} else if timeout == 0 {
+			return nil
+		}
+		if next >= 0 && (wait < 0 || time.Duration(next-now) < wait) {
+			wait = max(time.Duration(next-now), 1)
+		}
+		var tc <-chan time.Time
+		if wait > 0 {
+			l.timer.Reset(wait)
+			tc = l.timer.C
+		}
+		select {
+		case <-l.notify:
+			return nil
+		case <-l.done:
+			return link.ErrClosed
+		case <-tc:
+			return nil
+		case <-d.rehold:
+			// A frame was held since the deadline was computed: compute
+			// it again.
+			if !l.timer.Stop() {
+				select {
+				case <-l.timer.C:
+				default:
+				}
+			}
+		}
 	}
-	return nil
 }
 
 // Wake makes a concurrent Wait, or else the next one, return at once.
@@ -354,6 +375,9 @@ type direction struct {
 	closed bool    // the receiving end is closed
 	stats  Stats
 	notify chan struct{} // the receiving end's
+	// rehold tells a Wait of the receiving end that a frame was held since
+	// it computed its deadline (capacity 1).
+	rehold chan struct{}
 }
 
 func newDirection(f Faults, depth, maxFrame int, seed, stream uint64, notify chan struct{}) *direction {
@@ -367,6 +391,7 @@ func newDirection(f Faults, depth, maxFrame int, seed, stream uint64, notify cha
 		held:   make([]held, 0, depth),
 		lent:   make([]int32, 0, depth),
 		notify: notify,
+		rehold: make(chan struct{}, 1),
 	}
 	back := make([]byte, depth*maxFrame)
 	for i := range depth {
@@ -405,6 +430,7 @@ func (d *direction) send(f []byte, now int64) bool {
 		d.stats.Corrupted++
 	}
 	dup := int32(-1)
+	nheld := len(d.held)
 	if d.chance(ft.Duplicate) {
 		if dup = d.take(d.slots[s][:len(f)]); dup >= 0 {
 			d.stats.Duplicated++
@@ -435,6 +461,12 @@ func (d *direction) send(f []byte, now int64) bool {
 		d.push(dup)
 	}
 	d.release(now)
+	if len(d.held) > nheld {
+		select {
+		case d.rehold <- struct{}{}:
+		default:
+		}
+	}
 	return d.nready > 0
 }
 

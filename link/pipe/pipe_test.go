@@ -541,3 +541,31 @@ func TestDelayEveryFrameByCount(t *testing.T) {
 		t.Errorf("got %v, want 1..8", ids)
 	}
 }
+
+// TestReorderHoldWakesWaiter: a Wait that began before a frame was held
+// (with no deadline of its own) returns when the frame's hold ends, not at
+// its own timeout: an engine asleep without timers would otherwise never
+// see the last frame of a burst.
+func TestReorderHoldWakesWaiter(t *testing.T) {
+	a, b := newPipe(t, pipe.Config{AtoB: pipe.Faults{Reorder: 1, ReorderHold: 20 * time.Millisecond}})
+	done := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		_ = b.Wait(-1)
+		done <- time.Since(start)
+	}()
+	time.Sleep(5 * time.Millisecond) // let the Wait start
+	send(t, a, 42, 64)
+	select {
+	case el := <-done:
+		if el < 15*time.Millisecond {
+			t.Errorf("Wait returned after %v, before the hold ended", el)
+		}
+	case <-time.After(5 * time.Second):
+		b.Wake()
+		t.Fatal("Wait did not return when the held frame was due")
+	}
+	if ids, _ := recvAll(t, b, 0); len(ids) != 1 || ids[0] != 42 {
+		t.Fatalf("after the hold, got %v", ids)
+	}
+}

@@ -52,13 +52,23 @@ const (
 	CtrRNRRetryExceeded                       // work requests failed with RNR_RETRY_EXC_ERR (rnr_retry spent)
 	CtrSendsDone                              // SEND work requests completed (successfully or in error; flushes not counted)
 	CtrRecvsDone                              // receive work requests completed successfully
+	// OOO queue pairs (docs/ooo.md).
+	CtrStaleCtx           // OOO packets for a context not held by the QP or with another key (dropped)
+	CtrStaleTID           // OOO packets and READ requests with an old tid, completions for a tid not outstanding (dropped)
+	CtrDupIndex           // OOO packets whose index was already placed, duplicate completions (dropped)
+	CtrOOOCompletionsSent // OOO_COMPLETION packets sent
+	CtrOOOCompletionsRecv // OOO_COMPLETION packets that completed an operation
+	CtrOOOProtErrors      // OOO packets refused for protection (rkey, bounds, access): their tid never completes
+	CtrOOOReadBusy        // OOO READ requests ignored: the context was busy
+	CtrOOOWorkOverflow    // READ responses or completions not queued: the QP's work queue was full
 	numCounters
 )
 
 var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "seq_naks_sent", "seq_naks_recv",
 	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors",
 	"spurious_fast_retransmits", "completer_retries", "retry_exceeded", "rnr_retry_exceeded", "sends_done",
-	"recvs_done"}
+	"recvs_done", "stale_ctx", "stale_tid", "dup_index", "ooo_completions_sent", "ooo_completions_received",
+	"ooo_protection_errors", "ooo_read_busy", "ooo_work_overflow"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
 
@@ -164,7 +174,8 @@ func setAddr(p *wire.Packet, av *AddressVector, sport uint16) {
 // checked and p.BTH.DestQPN == q.QPN(). Payload is copied out before Receive
 // returns. Frames Receive wants to send (ACKs, NAKs, READ responses) go out
 // from the next Progress, which the device must call after a batch of
-// Receives.
+// Receives; an OOO queue pair sends its completion packets from Receive
+// when out has a buffer free (there is nothing to coalesce).
 func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
 	if q.ctlGen.Load() != q.e.ctlSeen {
 		q.applyCtl()
@@ -177,6 +188,10 @@ func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
 	info, ok := p.BTH.Opcode.Info()
 	if !ok || !transportMatches(q.typ, info.Transport) {
 		q.stats.inc(CtrDropped)
+		return
+	}
+	if q.typ == OOO {
+		q.oooReceive(p, out)
 		return
 	}
 	if info.Request {
@@ -195,6 +210,8 @@ func transportMatches(t Type, tr wire.Transport) bool {
 		return tr == wire.RC
 	case UC:
 		return tr == wire.UC
+	case OOO:
+		return tr == wire.OOO
 	}
 	return tr == wire.UD
 }
@@ -223,6 +240,9 @@ func (q *QP) Progress(now int64, out Output) int64 {
 	case RTR, RTS:
 	default:
 		return 0
+	}
+	if q.typ == OOO {
+		return q.oooProgress(out)
 	}
 	more := !q.respProgress(out)
 	if e.state == RTS {
@@ -308,6 +328,9 @@ func (q *QP) resetEngines(sqMark, rqMark uint32) {
 
 func (q *QP) initEngines() {
 	q.resp.alloc()
+	if q.ooo != nil {
+		q.ooo.pkt, q.ooo.wLen = 0, 0
+	}
 	q.e.hdr = wire.Packet{}
 	q.e.hdr.BTH.PKey = 0xFFFF
 }

@@ -22,11 +22,11 @@ func TestEnumNames(t *testing.T) {
 			t.Errorf("%s(%d) = %q: the table has more names than the enum", typ, last+1, n)
 		}
 	}
-	check("Type", int(RC), int(UD), func(v int) string { return Type(v).String() })
+	check("Type", int(RC), int(OOO), func(v int) string { return Type(v).String() })
 	check("State", int(Reset), int(Error), func(v int) string { return State(v).String() })
 	check("WCStatus", int(WCSuccess), int(WCGeneralErr), func(v int) string { return WCStatus(v).String() })
-	check("WCOpcode", int(WCSend), int(WCRecvRDMAWithImm), func(v int) string { return WCOpcode(v).String() })
-	check("WROpcode", int(WRRDMAWrite), int(WRSendInv), func(v int) string { return WROpcode(v).String() })
+	check("WCOpcode", int(WCSend), int(WCOOOTarget), func(v int) string { return WCOpcode(v).String() })
+	check("WROpcode", int(WRRDMAWrite), int(WROOORead), func(v int) string { return WROpcode(v).String() })
 	check("Counter", int(CtrRetransmits), int(numCounters)-1, func(v int) string { return Counter(v).String() })
 	check("reqState", int(reqGetWQE), int(reqDone), func(v int) string { return reqState(v).String() })
 	check("compState", int(compCheckPSN), int(compDone), func(v int) string { return compState(v).String() })

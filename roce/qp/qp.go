@@ -73,6 +73,8 @@ type Config struct {
 	// FixedWindow keeps the send window at SendWindow; by default it halves
 	// on loss and grows back (see the package documentation).
 	FixedWindow bool
+	// Contexts is the device's OOO context pool (Type OOO only, required).
+	Contexts *ContextPool
 }
 
 // A QP is a queue pair. See the package documentation for which methods may
@@ -119,6 +121,7 @@ type QP struct {
 	comp completer
 	resp responder
 	win  sendWindow // RC: the requester's window, its timers, loss recovery
+	ooo  *oooEngine // OOO only
 	// The regions the data path last touched (mr.Cache): the packets of a
 	// message name one key, so most skip the table's lock and map.
 	lkeyCache, rkeyCache mr.Cache
@@ -135,8 +138,11 @@ type ctlRequest struct {
 
 // New creates a queue pair in RESET.
 func New(cfg Config) (*QP, error) {
-	if cfg.Type < RC || cfg.Type > UD {
+	if cfg.Type < RC || cfg.Type > OOO {
 		return nil, fmt.Errorf("qp: new: invalid type %v", cfg.Type)
+	}
+	if cfg.Type == OOO && cfg.Contexts == nil {
+		return nil, errors.New("qp: new: an OOO queue pair needs the device's context pool")
 	}
 	if cfg.PD == nil {
 		return nil, errors.New("qp: new: no protection domain")
@@ -186,6 +192,9 @@ func New(cfg Config) (*QP, error) {
 		maxSendWR: cfg.MaxSendWR, maxRecvWR: cfg.MaxRecvWR, maxSGE: cfg.MaxSGE,
 		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow), fixedWin: cfg.FixedWindow,
 		state: Reset,
+	}
+	if cfg.Type == OOO {
+		q.ooo = &oooEngine{pool: cfg.Contexts}
 	}
 	ns, nr := ringSize(cfg.MaxSendWR), ringSize(cfg.MaxRecvWR)
 	q.sqMask, q.rqMask = uint32(ns-1), uint32(nr-1)
@@ -267,58 +276,11 @@ func (q *QP) Destroy() error {
 	}
 	q.destroyed = true
 	q.mu.Unlock()
+	if q.ooo != nil {
+		q.ooo.pool.ReleaseAll(q.qpn)
+	}
 	q.pd.Release()
 	return nil
-}
-
-// transitions lists, per queue pair type, the attributes a transition
-// requires and allows (ibverbs' qp_state_table, without P_Key index, port
-// and alternate path; UD may also set PathMTU, its message size limit).
-type transition struct{ req, opt AttrMask }
-
-func transitionFor(t Type, cur, next State) (transition, bool) {
-	if next == Reset || next == Error {
-		return transition{}, true
-	}
-	switch {
-	case cur == Reset && next == Init:
-		if t == UD {
-			return transition{req: AttrQKey, opt: AttrPathMTU}, true
-		}
-		return transition{opt: AttrAccessFlags}, true
-	case cur == Init && next == Init:
-		if t == UD {
-			return transition{opt: AttrQKey | AttrPathMTU}, true
-		}
-		return transition{opt: AttrAccessFlags}, true
-	case cur == Init && next == RTR:
-		switch t {
-		case RC:
-			return transition{req: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
-				opt: AttrAccessFlags}, true
-		case UC:
-			return transition{req: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN, opt: AttrAccessFlags}, true
-		}
-		return transition{opt: AttrQKey | AttrPathMTU}, true
-	case cur == RTR && next == RTS:
-		switch t {
-		case RC:
-			return transition{req: AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic,
-				opt: AttrAccessFlags | AttrMinRNRTimer}, true
-		case UC:
-			return transition{req: AttrSQPSN, opt: AttrAccessFlags}, true
-		}
-		return transition{req: AttrSQPSN, opt: AttrQKey}, true
-	case cur == RTS && next == RTS:
-		switch t {
-		case RC:
-			return transition{opt: AttrAccessFlags | AttrMinRNRTimer | AttrTimeout | AttrRetryCnt | AttrRNRRetry}, true
-		case UC:
-			return transition{opt: AttrAccessFlags}, true
-		}
-		return transition{opt: AttrQKey}, true
-	}
-	return transition{}, false
 }
 
 func checkAttr(a *Attr, mask AttrMask) error {
@@ -515,6 +477,10 @@ func (q *QP) checkSend(wr *SendWR) error {
 	case UC:
 		if wr.Opcode != WRSend && wr.Opcode != WRSendImm && wr.Opcode != WRRDMAWrite && wr.Opcode != WRRDMAWriteImm {
 			return fmt.Errorf("qp: post send: %v on a UC queue pair", wr.Opcode)
+		}
+	case OOO:
+		if err := q.checkOOOSend(wr); err != nil {
+			return err
 		}
 	default:
 		if wr.Opcode < WRRDMAWrite || wr.Opcode > WRSendInv {

@@ -16,9 +16,13 @@ const (
 	RC Type = iota + 1 // reliable connection
 	UC                 // unreliable connection
 	UD                 // unreliable datagram
+	// OOO is xdproce's out-of-order RDMA over datagrams (docs/ooo.md):
+	// connected like UC, its packets placed in any order by context and
+	// transaction id, never retransmitted.
+	OOO
 )
 
-var typeNames = [...]string{"Type(0)", "RC", "UC", "UD"}
+var typeNames = [...]string{"Type(0)", "RC", "UC", "UD", "OOO"}
 
 func (t Type) String() string { return enumName(typeNames[:], int(t), "Type") }
 

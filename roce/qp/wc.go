@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/xdproce/xdproce/roce/wire"
 )
 
 // WCStatus is the status of a work completion, with ibverbs' values.
@@ -58,10 +60,16 @@ const (
 	WCFetchAdd
 	WCRecv
 	WCRecvRDMAWithImm
+	// OOO queue pairs (docs/ooo.md).
+	WCOOOWrite     // send CQ: the last packet of a WROOOWrite went to the link (says nothing of delivery)
+	WCOOORead      // send CQ: the request of a WROOORead went to the link
+	WCOOODelivered // send CQ: delivered: the target's completion came (WRITE), or the response was placed whole (READ)
+	WCOOOTarget    // receive CQ: a peer's operation on one of this QP's contexts completed, or failed (Status)
 )
 
 var wcOpcodeNames = [...]string{"WCOpcode(0)", "IBV_WC_SEND", "IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ",
-	"IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD", "IBV_WC_RECV", "IBV_WC_RECV_RDMA_WITH_IMM"}
+	"IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD", "IBV_WC_RECV", "IBV_WC_RECV_RDMA_WITH_IMM",
+	"XDP_WC_OOO_WRITE", "XDP_WC_OOO_READ", "XDP_WC_OOO_DELIVERED", "XDP_WC_OOO_TARGET"}
 
 func (o WCOpcode) String() string { return enumName(wcOpcodeNames[:], int(o), "WCOpcode") }
 
@@ -77,6 +85,11 @@ type WC struct {
 	GRH     bool     // IBV_WC_GRH: the buffer starts with a GRH area (UD)
 	QPN     uint32   // the local queue pair
 	SrcQPN  uint32   // the remote queue pair of a receive WC (UD: from the DETH; RC/UC: the connected QP, as mlx5 reports it)
+	// OOO completions: the context (this side's), transaction id and tag
+	// of the operation.
+	Ctx wire.Ctx
+	TID uint32
+	Tag uint32
 }
 
 // ErrCQOverflow reports that a completion queue was full when a completion

@@ -25,6 +25,7 @@ type sendWQE struct {
 	sgl        []mr.SGE       // aliases sglBuf
 	inline     []byte         // aliases inlineBuf when Inline
 	length     uint64
+	ooo        oooWR // OOO operations
 
 	sglBuf    []mr.SGE
 	inlineBuf []byte
@@ -43,6 +44,8 @@ func (w *sendWQE) fill(q *QP, wr *SendWR) error {
 	w.id, w.opcode, w.flags, w.imm = wr.ID, wr.Opcode, wr.Flags, wr.Imm
 	w.remoteAddr, w.rkey, w.compareAdd, w.swap, w.invRKey = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap, wr.InvRKey
 	w.remoteQPN, w.remoteQKey = wr.RemoteQPN, wr.RemoteQKey
+	w.ooo = oooWR{ctx: wr.Ctx, remoteCtx: wr.RemoteCtx, tid: wr.TID, notify: wr.Notify, tag: wr.Tag,
+		paths: wr.Paths, sinkRKey: wr.SinkRKey}
 	if w.av != nil && wr.AH != nil {
 		*w.av = *wr.AH
 	}

@@ -1,6 +1,9 @@
 package qp
 
-import "github.com/xdproce/xdproce/roce/mr"
+import (
+	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/wire"
+)
 
 // WROpcode is the operation of a send work request. The zero value is
 // invalid.
@@ -16,11 +19,14 @@ const (
 	WRAtomicCmpSwp
 	WRAtomicFetchAdd
 	WRSendInv
+	// OOO queue pairs only (docs/ooo.md).
+	WROOOWrite // out-of-order RDMA WRITE: SGL to RemoteAddr/RKey in RemoteCtx
+	WROOORead  // out-of-order RDMA READ: RemoteAddr/RKey in RemoteCtx to SGL[0] (SinkRKey) in Ctx
 )
 
 var wrOpcodeNames = [...]string{"WROpcode(0)", "IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE_WITH_IMM",
 	"IBV_WR_SEND", "IBV_WR_SEND_WITH_IMM", "IBV_WR_RDMA_READ", "IBV_WR_ATOMIC_CMP_AND_SWP",
-	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV"}
+	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV", "XDP_WR_OOO_WRITE", "XDP_WR_OOO_READ"}
 
 func (o WROpcode) String() string { return enumName(wrOpcodeNames[:], int(o), "WROpcode") }
 
@@ -35,6 +41,10 @@ func (o WROpcode) wcOpcode() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAdd:
 		return WCFetchAdd
+	case WROOOWrite:
+		return WCOOOWrite
+	case WROOORead:
+		return WCOOORead
 	}
 	return WCSend
 }
@@ -75,6 +85,15 @@ type SendWR struct {
 	AH         *AddressVector // UD: where to send
 	RemoteQPN  uint32         // UD: destination QPN
 	RemoteQKey uint32         // UD: Q_Key; with the high bit set the QP's own Q_Key is used
+
+	// OOO operations (WROOOWrite, WROOORead; docs/ooo.md).
+	Ctx       wire.Ctx    // this side's context: the completion (WRITE) or the response data (READ) comes to it
+	RemoteCtx wire.Ctx    // the peer's context (id and key) the operation addresses
+	TID       uint32      // transaction id: larger than the last one used on RemoteCtx (and Ctx)
+	Notify    wire.Notify // who gets a completion when the data is placed whole
+	Tag       uint32      // echoed in the completions (WC.Tag)
+	Paths     uint8       // spread the packets over this many UDP source ports (ECMP); 0 or 1: one
+	SinkRKey  uint32      // WROOORead: the rkey of the region SGL[0] lies in (the response is placed by rkey)
 }
 
 // A RecvWR is a receive work request (ibv_recv_wr). PostRecv copies it.
