@@ -108,12 +108,21 @@ func defaultOpts() pairOpts {
 
 func newEnd(tb testing.TB, name string, qpn uint32, o pairOpts, last byte) *end {
 	tb.Helper()
-	e := &end{name: name, tbl: mr.NewTable(), out: newTxOut(512),
+	var tblOpts []mr.Option
+	var pool *ContextPool
+	if o.typ == OOO { // deterministic keys and contexts: the OOO golden captures
+		tblOpts = append(tblOpts, mr.WithRand(&keySource{next: uint32(last) << 8}))
+		var err error
+		if pool, err = NewContextPool(64, uint64(last)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	e := &end{name: name, tbl: mr.NewTable(tblOpts...), out: newTxOut(512),
 		mac: [6]byte{0x02, 0, 0, 0, 0, last}, ip: netip.AddrFrom4([4]byte{198, 51, 100, last})}
 	e.pd = e.tbl.AllocPD()
 	e.cq = NewCQ(o.cqDepth)
 	q, err := New(Config{Type: o.typ, PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: o.maxWR,
-		MaxRecvWR: o.maxWR, MaxSGE: 4, QPN: qpn, SendWindow: o.window, MaxInline: o.maxInline})
+		MaxRecvWR: o.maxWR, MaxSGE: 4, QPN: qpn, SendWindow: o.window, MaxInline: o.maxInline, Contexts: pool})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -233,8 +242,12 @@ func (p *pair) put(to *end, f []byte) {
 func (p *pair) deliver(e *end) int {
 	n := len(e.inbox)
 	from := p.peer(e)
+	var flags wire.DecodeFlags
+	if e.q.Type() == OOO {
+		flags = wire.AcceptOOO
+	}
 	for i, f := range e.inbox {
-		if err := e.pkt.Decode(f); err == nil {
+		if err := e.pkt.DecodeWith(f, flags); err == nil {
 			if e.pkt.BTH.DestQPN == e.q.QPN() && (p.f.drop == nil || !p.f.drop(from, &e.pkt)) {
 				e.q.Receive(&e.pkt, p.now, e.out)
 			}
