@@ -1,6 +1,7 @@
 package qp
 
 import (
+	"cmp"
 	"flag"
 	"math/rand/v2"
 	"net/netip"
@@ -92,6 +93,7 @@ type pairOpts struct {
 	noConnect  bool
 	f          faults
 	maxInline  int
+	txBufs     int // transmit buffers of each end (0: 512)
 }
 
 func (o pairOpts) maxDestRdAtomic() uint8 {
@@ -117,7 +119,7 @@ func newEnd(tb testing.TB, name string, qpn uint32, o pairOpts, last byte) *end 
 			tb.Fatal(err)
 		}
 	}
-	e := &end{name: name, tbl: mr.NewTable(tblOpts...), out: newTxOut(512),
+	e := &end{name: name, tbl: mr.NewTable(tblOpts...), out: newTxOut(cmp.Or(o.txBufs, 512)),
 		mac: [6]byte{0x02, 0, 0, 0, 0, last}, ip: netip.AddrFrom4([4]byte{198, 51, 100, last})}
 	e.pd = e.tbl.AllocPD()
 	e.cq = NewCQ(o.cqDepth)

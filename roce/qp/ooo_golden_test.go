@@ -32,7 +32,7 @@ type oooPair struct {
 func newOOOPair(tb testing.TB) *oooPair {
 	tb.Helper()
 	o := defaultOpts()
-	o.typ = OOO
+	o.typ, o.txBufs = OOO, 64
 	p := &oooPair{pair: newPair(tb, o)}
 	// Fixed IOVAs: the captures hold them.
 	p.bufA, p.bufB = make([]byte, 64<<10), make([]byte, 64<<10)
