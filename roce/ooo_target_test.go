@@ -1,7 +1,6 @@
 package roce_test
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -189,23 +188,6 @@ func wcs(tb testing.TB, cq *roce.CQ) []roce.WC {
 			return out
 		}
 	}
-}
-
-// waitWCs waits up to 10 s for n completions on cq.
-func waitWCs(tb testing.TB, cq *roce.CQ, n int) []roce.WC {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out := make([]roce.WC, 0, n)
-	buf := make([]roce.WC, n)
-	for len(out) < n {
-		k, err := cq.Wait(ctx, buf[:n-len(out)])
-		if err != nil {
-			tb.Fatalf("waiting for %d completions, got %d: %v", n, len(out), err)
-		}
-		out = append(out, buf[:k]...)
-	}
-	return out
 }
 
 // completions returns the OOO_COMPLETION packets among ps, by tid.

@@ -1,8 +1,10 @@
 // Package qp implements RoCEv2 queue pairs: the ibverbs state machine, work
 // requests, completion queues, and the three engines of a reliable connection
 // (requester, responder, completer, as in Linux rxe), plus unreliable datagram
-// (UD) and unreliable connection (UC) queue pairs. It consumes and produces
-// decoded wire.Packets and raw frames; it knows nothing of sockets or links.
+// (UD) and unreliable connection (UC) queue pairs, and xdproce's OOO queue
+// pairs (out-of-order RDMA over datagrams, with the device's ContextPool;
+// ooo*.go, docs/ooo.md). It consumes and produces decoded wire.Packets and raw
+// frames; it knows nothing of sockets or links.
 //
 // # Concurrency
 //
