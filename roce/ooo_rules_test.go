@@ -382,3 +382,70 @@ func TestOOOTrickle(t *testing.T) {
 	tg.inject(tg.frames(o, 3, 2, 1, 0))
 	tg.checkOps([]*oooOp{o})
 }
+
+// TestOOOReadInterleaved: two queue pairs of one device each serve a READ
+// of 64 packets requested at the same moment: their responses interleave on
+// the link, at most 16 packets of one before the other's (the device runs
+// every queue pair with work once per round, each sends 16 packets).
+func TestOOOReadInterleaved(t *testing.T) {
+	tg := newOOOTarget(t, 10, 1)
+	pd2 := tg.dev.AllocPD()
+	q2, err := pd2.CreateQP(roce.QPConfig{Type: roce.OOO, SendCQ: tg.scq, RecvCQ: tg.rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Connect(0, roce.Endpoint{QPN: oooPeerQPN + 1, GID: roce.GIDFromIP(addrA)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := q2.AcquireContexts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf2 := make([]byte, 64<<10)
+	fill(buf2, 1)
+	mr2, err := pd2.RegMR(buf2, roce.LocalWrite|roce.RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := &oooOp{op: wire.OOOReadReq, ctx: tg.ctx[0], tid: 1, va: tg.mr.Addr(), rkey: tg.mr.RKey(), notify: roce.NotifyInitiator,
+		seg: roce.MTU1024, total: 64 << 10, sinkVA: 0x100000}
+	f1 := tg.frame(r1, 0)
+	r2 := *r1
+	r2.ctx, r2.va, r2.rkey = c2[0], mr2.Addr(), mr2.RKey()
+	f2 := tg.frame(&r2, 0)
+	f2b := append([]byte(nil), f2...)
+	// frame() addressed both to the first QP: re-encode the second for q2.
+	var p wire.Packet
+	if err := p.DecodeWith(f2b, wire.AcceptOOO); err != nil {
+		t.Fatal(err)
+	}
+	p.BTH.DestQPN = q2.QPN()
+	n, err := p.Encode(f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.inject([][]byte{f1, f2[:n]})
+	var got []wire.Packet
+	for i := 0; i < 5000 && len(got) < 128; i++ {
+		got = append(got, tg.replies()...)
+		time.Sleep(time.Millisecond)
+	}
+	if len(got) != 128 {
+		t.Fatalf("%d response frames, want 128", len(got))
+	}
+	run, longest, first2 := 0, 0, -1
+	for i := range got {
+		if i > 0 && got[i].BTH.DestQPN == got[i-1].BTH.DestQPN {
+			run++
+		} else {
+			run = 1
+		}
+		longest = max(longest, run)
+		if first2 < 0 && got[i].BTH.DestQPN != got[0].BTH.DestQPN {
+			first2 = i
+		}
+	}
+	if longest > 16 || first2 < 0 || first2 > 16 {
+		t.Errorf("responses not interleaved: longest run %d, the second stream starts at frame %d", longest, first2)
+	}
+}
