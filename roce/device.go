@@ -189,7 +189,7 @@ func addQPStats(st *Stats, q *qp.QP) {
 	st.RNRNAKs += c.RNRNAKsSent + c.RNRNAKsRecv
 	st.Duplicates += c.Duplicates
 	st.QPDropped += c.Dropped
-	st.OOO.add(oooStats(q.Stats()))
+	st.OOO.add(c.OOO)
 }
 
 // ErrClosed is returned by operations on a closed Device.

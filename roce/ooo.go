@@ -83,9 +83,6 @@ func (s *OOOStats) add(o OOOStats) {
 	s.WorkOverflow += o.WorkOverflow
 }
 
-// OOOStats returns the queue pair's OOO counters (zero for other types).
-func (q *QP) OOOStats() OOOStats { return oooStats(q.q.Stats()) }
-
 // contextPool returns the device's OOO context pool, making it the first
 // time (Options.OOOContexts, keys from Options.ContextSeed or, when 0, from
 // crypto/rand).

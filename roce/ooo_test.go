@@ -86,6 +86,9 @@ func TestOOOWriteRead(t *testing.T) {
 	if sb.CompletionsSent != 1 || sa.CompletionsReceived != 1 || sa.CompletionsSent != 1 || sb.CompletionsReceived != 1 {
 		t.Errorf("completion counters: a %+v, b %+v", sa, sb)
 	}
+	if qa, qb := x.qp.Stats().OOO, y.qp.Stats().OOO; qa != sa || qb.CompletionsSent != 1 || qb.CompletionsReceived != 1 {
+		t.Errorf("queue pair counters: x %+v (device %+v), y %+v", qa, sa, qb)
+	}
 	if x.qp.State() != roce.StateRTS || y.qp.State() != roce.StateRTS {
 		t.Errorf("states %v %v", x.qp.State(), y.qp.State())
 	}

@@ -12,19 +12,20 @@ func (q *QP) Query() (QPState, Attr) { return q.q.Query() }
 
 // QPStats are the event counters of one queue pair. They only grow.
 type QPStats struct {
-	Retransmits             uint64 // packets sent again (go-back-N, RNR, timeout)
-	Timeouts                uint64 // local ACK timeouts
-	FastRetransmits         uint64 // resends because an ACK asked for was overdue by the round trip
-	SpuriousFastRetransmits uint64 // fast retransmits an ACK for the original packets proved needless
-	SeqNAKsSent             uint64 // PSN sequence error NAKs sent
-	SeqNAKsRecv             uint64 // PSN sequence error NAKs received
-	RNRNAKsSent             uint64 // RNR NAKs sent
-	RNRNAKsRecv             uint64 // RNR NAKs received
-	Duplicates              uint64 // duplicate requests received
-	Replays                 uint64 // READ responses regenerated, atomic results replayed
-	Dropped                 uint64 // packets dropped (state, sequence, Q_Key, malformed, stale)
-	ErrNAKsSent             uint64 // invalid request, remote access and remote operation NAKs sent
-	EncodeErrors            uint64 // frames the engine failed to encode (a bug)
+	Retransmits             uint64   // packets sent again (go-back-N, RNR, timeout)
+	Timeouts                uint64   // local ACK timeouts
+	FastRetransmits         uint64   // resends because an ACK asked for was overdue by the round trip
+	SpuriousFastRetransmits uint64   // fast retransmits an ACK for the original packets proved needless
+	SeqNAKsSent             uint64   // PSN sequence error NAKs sent
+	SeqNAKsRecv             uint64   // PSN sequence error NAKs received
+	RNRNAKsSent             uint64   // RNR NAKs sent
+	RNRNAKsRecv             uint64   // RNR NAKs received
+	Duplicates              uint64   // duplicate requests received
+	Replays                 uint64   // READ responses regenerated, atomic results replayed
+	Dropped                 uint64   // packets dropped (state, sequence, Q_Key, malformed, stale)
+	ErrNAKsSent             uint64   // invalid request, remote access and remote operation NAKs sent
+	EncodeErrors            uint64   // frames the engine failed to encode (a bug)
+	OOO                     OOOStats // OOO queue pairs (zero for the others)
 }
 
 // Stats returns the queue pair's counters (also after Destroy).
@@ -46,5 +47,6 @@ func qpStats(q *qp.QP) QPStats {
 		Dropped:                 c.Get(qp.CtrDropped),
 		ErrNAKsSent:             c.Get(qp.CtrErrNAKsSent),
 		EncodeErrors:            c.Get(qp.CtrEncodeErrors),
+		OOO:                     oooStats(c),
 	}
 }
