@@ -83,6 +83,17 @@ func (s *OOOStats) add(o OOOStats) {
 	s.WorkOverflow += o.WorkOverflow
 }
 
+// pathMTU is the default path MTU of a queue pair of type t: the device's,
+// or for OOO the largest that still fits the link with the XRH's 24 bytes
+// more per packet (docs/ooo-wire.md, Sizes: seg 4096 over IPv6 needs a link
+// MTU of 4200).
+func (d *Device) pathMTU(t QPType) MTU {
+	if t == qp.OOO {
+		return wire.PathMTU(d.props.MTU - wire.XRHLen)
+	}
+	return d.pmtu
+}
+
 // contextPool returns the device's OOO context pool, making it the first
 // time (Options.OOOContexts, keys from Options.ContextSeed or, when 0, from
 // crypto/rand).

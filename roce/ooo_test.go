@@ -129,3 +129,20 @@ func TestOOOPostErrors(t *testing.T) {
 		t.Errorf("acquiring the whole pool again: %v, want ErrNoContexts", err)
 	}
 }
+
+// TestOOOPathMTU: Connect's default path MTU for an OOO queue pair leaves
+// room for the XRH: a 4190-byte link carries RC at 4096 but OOO at 2048
+// (4096 + 104 bytes of IPv6, UDP, BTH, RETH, XRH and ICRC would not fit), a
+// 4200-byte one both at 4096.
+func TestOOOPathMTU(t *testing.T) {
+	for _, c := range []struct {
+		link    int
+		rc, ooo roce.MTU
+	}{{4190, roce.MTU4096, roce.MTU2048}, {4200, roce.MTU4096, roce.MTU4096}, {1500, roce.MTU1024, roce.MTU1024}} {
+		p, _, _ := newPipeDevices(t, pipe.Config{MTU: c.link})
+		x, _, _, _ := connectOOO(t, p, connCfg{bufSize: 4096}, 1)
+		if _, a := x.qp.Query(); a.PathMTU != c.ooo || p.a.PathMTU() != c.rc {
+			t.Errorf("link MTU %d: OOO path MTU %v (want %v), device %v (want %v)", c.link, a.PathMTU, c.ooo, p.a.PathMTU(), c.rc)
+		}
+	}
+}

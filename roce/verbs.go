@@ -291,8 +291,8 @@ type Endpoint struct {
 
 // ConnectOptions are the attributes Connect uses. Start from
 // DefaultConnectOptions and change what you need; every field is used as
-// given except the zero PathMTU (the device's) and the zero SGID (chosen by
-// ResolveAV).
+// given except the zero PathMTU (the device's; for OOO queue pairs the largest
+// that fits with the OOO headers) and the zero SGID (chosen by ResolveAV).
 type ConnectOptions struct {
 	SGID            netip.Addr
 	PathMTU         MTU
@@ -331,7 +331,7 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 		opt = *o
 	}
 	if opt.PathMTU == 0 {
-		opt.PathMTU = q.d.pmtu
+		opt.PathMTU = q.d.pathMTU(q.typ)
 	}
 	if opt.DstMAC != nil && len(opt.DstMAC) != 6 {
 		return fmt.Errorf("roce: connect qp %#x: DstMAC has %d bytes", q.e.qpn, len(opt.DstMAC))
