@@ -2,10 +2,13 @@ package roce_test
 
 import (
 	"bytes"
+	"io"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/capture"
 	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/wire"
 )
@@ -447,5 +450,61 @@ func TestOOOReadInterleaved(t *testing.T) {
 	}
 	if longest > 16 || first2 < 0 || first2 > 16 {
 		t.Errorf("responses not interleaved: longest run %d, the second stream starts at frame %d", longest, first2)
+	}
+}
+
+// TestOOOReplayCaptureAfterRecovery: the inbound frames of the golden
+// capture ooo-write-shuffled, replayed to a queue pair holding the very
+// context they name (same QPN, same context seed, so the same key) after a
+// recovery, are all dropped as stale contexts: no memory changes, no
+// completion, no frame, the queue pair stays in RTS.
+func TestOOOReplayCaptureAfterRecovery(t *testing.T) {
+	data, err := os.ReadFile("../testdata/pcaps/ooo-write-shuffled.pcapng")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := capture.NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames [][]byte
+	var named roce.Ctx
+	var f capture.Frame
+	for {
+		if err := r.Next(&f); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if f.Dir != capture.DirInbound {
+			continue
+		}
+		var p wire.Packet
+		if err := p.DecodeWith(f.Data, wire.AcceptOOO); err != nil {
+			t.Fatal(err)
+		}
+		named = p.XRH.Ctx
+		frames = append(frames, bytes.Clone(f.Data))
+	}
+	// roce/qp's golden test gave B (QPN 0x12) a pool seeded 2.
+	tg := newOOOTargetQPN(t, 2, 1, 0x12)
+	if tg.ctx[0] != named || len(frames) != 5 {
+		t.Fatalf("the device's context is %v, the capture's %v (%d frames): the replay would prove nothing", tg.ctx[0], named, len(frames))
+	}
+	if _, err := tg.qp.RecoverContexts(); err != nil {
+		t.Fatal(err)
+	}
+	fill(tg.buf, 3)
+	before := bytes.Clone(tg.buf)
+	tg.inject(frames)
+	s := tg.dev.Stats()
+	if s.OOO.StaleCtx != uint64(len(frames)) || s.OOO.ProtectionErrors != 0 || s.QPDropped != 0 {
+		t.Errorf("stale_ctx %d (want %d); stats %+v", s.OOO.StaleCtx, len(frames), s.OOO)
+	}
+	if !bytes.Equal(tg.buf, before) {
+		t.Fatal("the replay changed memory")
+	}
+	if w, rp := wcs(t, tg.rcq), tg.replies(); len(w) != 0 || len(rp) != 0 || tg.qp.State() != roce.StateRTS {
+		t.Fatalf("the replay gave %d completions, %d frames; state %v", len(w), len(rp), tg.qp.State())
 	}
 }

@@ -33,6 +33,13 @@ var oooPeerCtx = roce.MakeCtx(0x42, 9)
 
 func newOOOTarget(tb testing.TB, seed uint64, nctx int) *oooTarget {
 	tb.Helper()
+	return newOOOTargetQPN(tb, seed, nctx, 0)
+}
+
+// newOOOTargetQPN is newOOOTarget with the queue pair at QPN qpn (0: the
+// first free).
+func newOOOTargetQPN(tb testing.TB, seed uint64, nctx int, qpn uint32) *oooTarget {
+	tb.Helper()
 	la, lb, err := pipe.New(pipe.Config{MTU: 4200, Depth: 4096})
 	if err != nil {
 		tb.Fatal(err)
@@ -54,7 +61,7 @@ func newOOOTarget(tb testing.TB, seed uint64, nctx int) *oooTarget {
 	if t.mr, err = pd.RegMR(t.buf, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead); err != nil {
 		tb.Fatal(err)
 	}
-	if t.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.OOO, SendCQ: t.scq, RecvCQ: t.rcq}); err != nil {
+	if t.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.OOO, SendCQ: t.scq, RecvCQ: t.rcq, QPN: qpn}); err != nil {
 		tb.Fatal(err)
 	}
 	if err := t.qp.Connect(0, roce.Endpoint{QPN: oooPeerQPN, GID: roce.GIDFromIP(addrA)}, nil); err != nil {
