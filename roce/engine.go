@@ -208,8 +208,11 @@ func (e *engine) schedule(q *qpEntry) {
 
 // input decodes one received frame and hands it to its queue pair. The frame
 // is the engine's until the next Receive and nobody else reads it meanwhile
-// (capture.Wrap has written it out inside Receive), so DecodeWritable may
-// hash it in place (it leaves the frame byte-identical). A frame with a bad
+// (capture.Wrap has written it out inside Receive), so it is decoded in place
+// (wire.InPlace, as DecodeWritable; the frame stays byte-identical). The OOO
+// opcodes are decoded (wire.AcceptOOO) only while the device has an OOO queue
+// pair, and reach only those: elsewhere they are malformed, as on a device
+// without OOO mode (docs/ooo.md). A frame with a bad
 // ICRC is dropped and counted: links that rebuild headers
 // (link.Props.SyntheticHeaders) put the sender's IPv4 Identification back
 // themselves (link/udp recovers it from the ICRC).

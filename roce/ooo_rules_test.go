@@ -508,3 +508,50 @@ func TestOOOReplayCaptureAfterRecovery(t *testing.T) {
 		t.Fatalf("the replay gave %d completions, %d frames; state %v", len(w), len(rp), tg.qp.State())
 	}
 }
+
+// TestOOOOnlyToOOOQPs: on a device with an OOO queue pair, an OOO_WRITE
+// addressed to one of its RC queue pairs is still malformed (as on a device
+// without OOO mode) and lands nowhere; an RC WRITE addressed to the OOO queue
+// pair is dropped by it.
+func TestOOOOnlyToOOOQPs(t *testing.T) {
+	tg := newOOOTarget(t, 11, 1)
+	rcq, err := tg.dev.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := tg.dev.AllocPD().CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: rcq, RecvCQ: rcq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Connect(0, roce.Endpoint{QPN: oooPeerQPN, GID: roce.GIDFromIP(addrA)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	o := &oooOp{ctx: tg.ctx[0], tid: 1, va: tg.mr.Addr(), rkey: tg.mr.RKey(), notify: roce.NotifyBoth, seg: roce.MTU256,
+		data: bytes.Repeat([]byte{0xEE}, 200)}
+	f := tg.frame(o, 0)
+	var p wire.Packet
+	if err := p.DecodeWith(bytes.Clone(f), wire.AcceptOOO); err != nil {
+		t.Fatal(err)
+	}
+	p.BTH.DestQPN = rc.QPN()
+	toRC := make([]byte, len(f))
+	if _, err := p.Encode(toRC); err != nil {
+		t.Fatal(err)
+	}
+	std := wire.Packet{SrcIP: addrA, DstIP: addrB, TTL: 64, SrcPort: 0xC000, DstPort: wire.UDPPort,
+		BTH:  wire.BTH{Opcode: wire.RCWriteOnly, PKey: 0xFFFF, DestQPN: tg.qp.QPN()},
+		RETH: wire.RETH{VA: tg.mr.Addr(), RKey: tg.mr.RKey(), DMALen: 200}, Payload: o.data}
+	toOOO := make([]byte, 400)
+	n, err := std.Encode(toOOO)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.inject([][]byte{toRC, toOOO[:n]})
+	s := tg.dev.Stats()
+	if s.DropMalformed != 1 || s.QPDropped != 1 {
+		t.Errorf("malformed %d (want 1), qp_dropped %d (want 1)", s.DropMalformed, s.QPDropped)
+	}
+	if !bytes.Equal(tg.buf[:200], make([]byte, 200)) {
+		t.Fatal("memory changed")
+	}
+}
