@@ -1,6 +1,9 @@
 package udp
 
-import "net/netip"
+import (
+	"log/slog"
+	"net/netip"
+)
 
 // Port is the RoCEv2 UDP port.
 const Port = 4791
@@ -37,6 +40,15 @@ type Config struct {
 	// CAP_NET_ADMIN beyond net.core.[rw]mem_max). 0 means
 	// DefaultSocketBuffer.
 	SocketBuffer int
+	// NoGSO turns off segmentation offload: by default Send hands runs of
+	// equal-sized frames to the kernel as one UDP_SEGMENT message each, and
+	// the socket receives with UDP_GRO (coalesced datagrams, split by their
+	// segment size). With NoGSO every frame is one datagram both ways.
+	NoGSO bool
+	// Logger hears, at info level and once, why GSO is off when it was
+	// asked for (the device lacks transmit checksum offload, or the kernel
+	// refused it). nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Stats counts what a Link did. Drops are counted, not reported per frame.
@@ -49,4 +61,6 @@ type Stats struct {
 	TxDropped       uint64 // frames dropped because the socket buffer was full (EAGAIN)
 	TxErrors        uint64 // frames the kernel refused (e.g. EMSGSIZE, ENETUNREACH)
 	TxInvalid       uint64 // frames that are not Ethernet/IP/UDP, or not from Alloc
+	TxGSOSends      uint64 // UDP_SEGMENT messages of two or more frames accepted by the kernel
+	RxGROCoalesced  uint64 // received messages that held two or more datagrams (UDP_GRO)
 }

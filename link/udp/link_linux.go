@@ -3,6 +3,7 @@ package udp
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -53,11 +54,19 @@ type Link struct {
 	txNames []unix.RawSockaddrInet6 // AF_INET sockets use the first 16 bytes as sockaddr_in
 	txCtl   []byte
 
+	// Segmentation offload (gso_linux.go, gro_linux.go).
+	gso    atomic.Bool // Send groups frames into UDP_SEGMENT messages
+	gro    bool        // the socket receives with UDP_GRO
+	log    *slog.Logger
+	gsoTx  gsoState
+	groBuf [][]byte // coalesced datagrams, one per message
+	pend   pending  // segments received and not yet returned
+
 	pfd     [2]unix.PollFd
 	ts      unix.Timespec
 	efdBuf  [8]byte
-	rxStats struct{ frames, truncated, invalid, idRecovered atomic.Uint64 }
-	txStats struct{ frames, dropped, errors, invalid atomic.Uint64 }
+	rxStats struct{ frames, truncated, invalid, idRecovered, coalesced atomic.Uint64 }
+	txStats struct{ frames, dropped, errors, invalid, gso atomic.Uint64 }
 }
 
 var _ link.Link = (*Link)(nil)
@@ -100,19 +109,28 @@ func Open(cfg Config) (*Link, error) {
 	case -1:
 		port = 0
 	}
-	mtu := cfg.MTU
-	if mtu == 0 {
-		m, err := interfaceMTU(addr, wildcard)
-		if err != nil {
+	mtu, ifname := cfg.MTU, ""
+	if mtu == 0 || (!wildcard && !cfg.NoGSO) {
+		m, name, err := interfaceOf(addr, wildcard)
+		if err != nil && mtu == 0 {
 			return nil, err
 		}
-		mtu = m
+		if mtu == 0 {
+			mtu = m
+		}
+		ifname = name
 	}
 
-	l := &Link{v6: wildcard || addr.Is6(), pktinfo: wildcard, local: addr, batch: cfg.Batch, fd: -1, efd: -1}
+	l := &Link{v6: wildcard || addr.Is6(), pktinfo: wildcard, local: addr, batch: cfg.Batch, fd: -1, efd: -1, log: cfg.Logger}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
 	if err := l.socket(addr, port, cfg.SocketBuffer); err != nil {
 		l.closeFDs()
 		return nil, err
+	}
+	if !cfg.NoGSO {
+		l.enableOffload(ifname)
 	}
 	bound, err := unix.Getsockname(l.fd)
 	if err != nil {
@@ -225,15 +243,15 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// interfaceMTU returns the MTU of the interface holding addr, capped at
-// MaxAutoMTU, or 1500 for the wildcard address.
-func interfaceMTU(addr netip.Addr, wildcard bool) (int, error) {
+// interfaceOf returns the MTU of the interface holding addr, capped at
+// MaxAutoMTU, and its name; or 1500 and "" for the wildcard address.
+func interfaceOf(addr netip.Addr, wildcard bool) (int, string, error) {
 	if wildcard {
-		return 1500, nil
+		return 1500, "", nil
 	}
 	ifs, err := net.Interfaces()
 	if err != nil {
-		return 0, fmt.Errorf("udp: open: list interfaces: %w", err)
+		return 0, "", fmt.Errorf("udp: open: list interfaces: %w", err)
 	}
 	for _, ifi := range ifs {
 		addrs, err := ifi.Addrs()
@@ -246,16 +264,16 @@ func interfaceMTU(addr netip.Addr, wildcard bool) (int, error) {
 				continue
 			}
 			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr {
-				return min(ifi.MTU, MaxAutoMTU), nil
+				return min(ifi.MTU, MaxAutoMTU), ifi.Name, nil
 			}
 			// 127.0.0.0/8 is all local on lo, though only 127.0.0.1
 			// is listed.
 			if ifi.Flags&net.FlagLoopback != 0 && addr.Is4() && ipn.Contains(addr.AsSlice()) {
-				return min(ifi.MTU, MaxAutoMTU), nil
+				return min(ifi.MTU, MaxAutoMTU), ifi.Name, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("udp: open: no interface has address %v (set Config.MTU to skip the lookup)", addr)
+	return 0, "", fmt.Errorf("udp: open: no interface has address %v (set Config.MTU to skip the lookup)", addr)
 }
 
 func (l *Link) initBuffers(cfg Config) {
@@ -303,6 +321,15 @@ func (l *Link) initBuffers(cfg Config) {
 			h.SetControllen(unix.CmsgSpace(unix.SizeofInet6Pktinfo))
 		}
 	}
+	if l.gro {
+		back := make([]byte, n*groSlot)
+		l.groBuf = make([][]byte, n)
+		for i := range n {
+			l.groBuf[i] = back[i*groSlot : (i+1)*groSlot : (i+1)*groSlot]
+			l.rxIov[i].Base = &l.groBuf[i][0]
+		}
+	}
+	l.gsoTx.init(n, l.pktinfo, nameLen)
 	l.pfd[0] = unix.PollFd{Fd: int32(l.fd), Events: unix.POLLIN}
 	l.pfd[1] = unix.PollFd{Fd: int32(l.efd), Events: unix.POLLIN}
 }
@@ -325,5 +352,7 @@ func (l *Link) Stats() Stats {
 		TxDropped:       l.txStats.dropped.Load(),
 		TxErrors:        l.txStats.errors.Load(),
 		TxInvalid:       l.txStats.invalid.Load(),
+		TxGSOSends:      l.txStats.gso.Load(),
+		RxGROCoalesced:  l.rxStats.coalesced.Load(),
 	}
 }

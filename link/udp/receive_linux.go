@@ -24,25 +24,15 @@ func (l *Link) Receive(frames [][]byte) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	for i := range n {
-		h := &l.rxHdrs[i]
-		h.Hdr.Namelen = unix.SizeofSockaddrInet6
-		h.Hdr.SetControllen(cmsgRoom)
-		h.Hdr.Flags = 0
-		h.Len = 0
-		l.rxIov[i].SetLen(l.rxMax)
+	if l.gro {
+		return l.receiveGRO(frames[:n])
 	}
-	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.rxHdrs[0])),
-		uintptr(n), unix.MSG_DONTWAIT, 0, 0)
-	switch e {
-	case 0:
-	case unix.EAGAIN, unix.EINTR:
-		return 0, nil
-	default:
-		return 0, os.NewSyscallError("recvmmsg", e)
+	r, err := l.recv(n, l.rxMax)
+	if err != nil || r == 0 {
+		return 0, err
 	}
 	k := 0
-	for i := range int(r) {
+	for i := range r {
 		f, ok := l.frame(i)
 		if !ok {
 			continue
@@ -54,6 +44,30 @@ func (l *Link) Receive(frames [][]byte) (int, error) {
 	return k, nil
 }
 
+// recv receives up to n messages of up to size bytes each without blocking
+// (the iovecs point at the receive slots, or the coalescing buffers with
+// UDP_GRO).
+func (l *Link) recv(n, size int) (int, error) {
+	for i := range n {
+		h := &l.rxHdrs[i]
+		h.Hdr.Namelen = unix.SizeofSockaddrInet6
+		h.Hdr.SetControllen(cmsgRoom)
+		h.Hdr.Flags = 0
+		h.Len = 0
+		l.rxIov[i].SetLen(size)
+	}
+	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(l.fd), uintptr(unsafe.Pointer(&l.rxHdrs[0])),
+		uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+	switch e {
+	case 0:
+		return int(r), nil
+	case unix.EAGAIN, unix.EINTR:
+		return 0, nil
+	default:
+		return 0, os.NewSyscallError("recvmmsg", e)
+	}
+}
+
 // frame rebuilds the headers in front of datagram i.
 func (l *Link) frame(i int) ([]byte, bool) {
 	h := &l.rxHdrs[i]
@@ -61,8 +75,12 @@ func (l *Link) frame(i int) ([]byte, bool) {
 		l.rxStats.truncated.Add(1)
 		return nil, false
 	}
-	n := int(h.Len)
-	slot := l.rxSlots[i]
+	return l.rebuild(i, l.rxSlots[i], int(h.Len))
+}
+
+// rebuild writes the headers in front of the n payload bytes at
+// slot[headroom:], a datagram that came in message i.
+func (l *Link) rebuild(i int, slot []byte, n int) ([]byte, bool) {
 	// Source from the name, destination from the packet info.
 	var src, dst [16]byte
 	var sport uint16
@@ -146,15 +164,13 @@ func isMapped(a []byte) bool {
 // control data (IP_PKTINFO or IPV6_PKTINFO), falling back to the bound
 // address.
 func (l *Link) destination(i int, dst *[16]byte, v4 bool) bool {
-	h := &l.rxHdrs[i].Hdr
-	ctl := l.rxCtl[i*cmsgRoom : i*cmsgRoom+min(int(h.Controllen), cmsgRoom)]
-	for off := 0; off+unix.SizeofCmsghdr <= len(ctl); {
-		cm := (*unix.Cmsghdr)(unsafe.Pointer(&ctl[off]))
-		cl := int(cm.Len)
-		if cl < unix.SizeofCmsghdr || off+cl > len(ctl) {
+	ctl := l.control(i)
+	for off := 0; ; {
+		cm, data, next := nextCmsg(ctl, off)
+		if cm == nil {
 			break
 		}
-		data := ctl[off+unix.CmsgLen(0) : off+cl]
+		off = next
 		switch {
 		case cm.Level == unix.IPPROTO_IP && cm.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
 			pi := (*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0]))
@@ -166,11 +182,30 @@ func (l *Link) destination(i int, dst *[16]byte, v4 bool) bool {
 			*dst = pi.Addr
 			return isMapped(dst[:]) == v4
 		}
-		off += unix.CmsgSpace(cl - unix.CmsgLen(0))
 	}
 	if l.local.IsValid() && !l.local.IsUnspecified() && l.local.Is4() == v4 {
 		*dst = l.local.As16()
 		return true
 	}
 	return false
+}
+
+// control returns the control data received with message i.
+func (l *Link) control(i int) []byte {
+	h := &l.rxHdrs[i].Hdr
+	return l.rxCtl[i*cmsgRoom : i*cmsgRoom+min(int(h.Controllen), cmsgRoom)]
+}
+
+// nextCmsg returns the control message at off in ctl, its data and the
+// offset of the next one; nil at the end or at a malformed header.
+func nextCmsg(ctl []byte, off int) (cm *unix.Cmsghdr, data []byte, next int) {
+	if off+unix.SizeofCmsghdr > len(ctl) {
+		return nil, nil, 0
+	}
+	cm = (*unix.Cmsghdr)(unsafe.Pointer(&ctl[off]))
+	cl := int(cm.Len)
+	if cl < unix.SizeofCmsghdr || off+cl > len(ctl) {
+		return nil, nil, 0
+	}
+	return cm, ctl[off+unix.CmsgLen(0) : off+cl], off + unix.CmsgSpace(cl-unix.CmsgLen(0))
 }

@@ -35,11 +35,13 @@ func (l *Link) Free(bufs [][]byte) {
 
 // Send passes the UDP payloads of the frames to the kernel, addressed to
 // each frame's destination IP at the remote port, and returns the buffers to
-// the link. Frames the kernel cannot take at once (socket buffer full) are
-// dropped and counted, as a NIC drops on a full ring. It returns
-// link.ErrClosed after Close; an error for a frame that is not Ethernet/IP/
-// UDP or not from Alloc; and the first error the kernel gave for a frame
-// (other frames are still sent).
+// the link. With GSO on (the default), runs of frames to one destination
+// from one source with one TOS and one size (the last may be shorter) leave
+// as one UDP_SEGMENT message each (gso_linux.go). Frames the kernel cannot
+// take at once (socket buffer full) are dropped and counted, as a NIC drops
+// on a full ring. It returns link.ErrClosed after Close; an error for a frame
+// that is not Ethernet/IP/UDP or not from Alloc; and the first error the
+// kernel gave for a frame (other frames are still sent).
 func (l *Link) Send(frames [][]byte) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -49,10 +51,19 @@ func (l *Link) Send(frames [][]byte) error {
 		}
 		return link.ErrClosed
 	}
+	if l.gso.Load() {
+		return l.sendGSO(frames)
+	}
+	return l.sendPlain(frames, true)
+}
+
+// sendPlain sends one datagram per frame; put says whether the frames are
+// still to be handed back to the pool (they are not when GSO falls back).
+func (l *Link) sendPlain(frames [][]byte, put bool) error {
 	var err error
 	k := 0
 	for _, f := range frames {
-		if !l.pool.Put(f) {
+		if put && !l.pool.Put(f) {
 			l.txStats.invalid.Add(1)
 			err = errForeign
 			continue
@@ -84,33 +95,10 @@ func (l *Link) prepare(i int, f []byte) error {
 	if err != nil {
 		return err
 	}
-	name := &l.txNames[i]
-	switch {
-	case ft.v4 && l.v6:
-		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6}
-		name.Addr[10], name.Addr[11] = 0xff, 0xff
-		copy(name.Addr[12:], ft.dst[12:])
-	case ft.v4:
-		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
-		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET}
-		copy(sa.Addr[:], ft.dst[12:])
-	case l.v6:
-		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ft.dst}
-	default:
+	if !ft.v4 && !l.v6 {
 		return errFamily
 	}
-	if l.pktinfo {
-		c := l.txCtl[i*cmsgRoom+unix.CmsgLen(0):]
-		pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&c[0]))
-		*pi = unix.Inet6Pktinfo{Addr: ft.src}
-		if ft.v4 {
-			pi.Addr = [16]byte{10: 0xff, 11: 0xff}
-			copy(pi.Addr[12:], ft.src[12:])
-		}
-	}
-	// sin_port / sin6_port sit at the same offset, in network order.
-	p := (*[2]byte)(unsafe.Pointer(&name.Port))
-	binary.BigEndian.PutUint16(p[:], l.rport)
+	l.address(&l.txNames[i], l.txCtl[i*cmsgRoom:], &ft)
 	if len(ft.payload) == 0 {
 		l.txIov[i].Base = nil
 	} else {
@@ -120,9 +108,39 @@ func (l *Link) prepare(i int, f []byte) error {
 	return nil
 }
 
+// address writes the socket address of ft's destination at the remote port
+// into name and, when the socket is bound to all addresses, ft's source into
+// the IPV6_PKTINFO message at the start of ctl (its header already there).
+func (l *Link) address(name *unix.RawSockaddrInet6, ctl []byte, ft *frameInfo) {
+	switch {
+	case ft.v4 && l.v6:
+		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6}
+		name.Addr[10], name.Addr[11] = 0xff, 0xff
+		copy(name.Addr[12:], ft.dst[12:])
+	case ft.v4:
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(name))
+		*sa = unix.RawSockaddrInet4{Family: unix.AF_INET}
+		copy(sa.Addr[:], ft.dst[12:])
+	default:
+		*name = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: ft.dst}
+	}
+	if l.pktinfo {
+		pi := (*unix.Inet6Pktinfo)(unsafe.Pointer(&ctl[unix.CmsgLen(0)]))
+		*pi = unix.Inet6Pktinfo{Addr: ft.src}
+		if ft.v4 {
+			pi.Addr = [16]byte{10: 0xff, 11: 0xff}
+			copy(pi.Addr[12:], ft.src[12:])
+		}
+	}
+	// sin_port / sin6_port sit at the same offset, in network order.
+	p := (*[2]byte)(unsafe.Pointer(&name.Port))
+	binary.BigEndian.PutUint16(p[:], l.rport)
+}
+
 // frameInfo is what Send needs from a frame.
 type frameInfo struct {
 	v4       bool
+	tos      byte     // IPv4 TOS or IPv6 traffic class
 	src, dst [16]byte // IPv4 addresses in the last 4 bytes
 	payload  []byte   // the UDP payload, aliasing the frame
 }
@@ -160,6 +178,7 @@ func parseFrame(f []byte) (frameInfo, error) {
 		}
 		udp = ip[ihl:tot]
 		ft.v4 = true
+		ft.tos = ip[1]
 		copy(ft.src[12:], ip[12:16])
 		copy(ft.dst[12:], ip[16:20])
 	case 0x86dd:
@@ -171,6 +190,7 @@ func parseFrame(f []byte) (frameInfo, error) {
 			return ft, errFrame
 		}
 		udp = ip[40 : 40+pl]
+		ft.tos = byte(binary.BigEndian.Uint16(ip[0:]) >> 4)
 		copy(ft.src[:], ip[8:24])
 		copy(ft.dst[:], ip[24:40])
 	default:

@@ -85,31 +85,44 @@ func pairPorts(t testing.TB, addrA, addrB netip.Addr, cfg udp.Config) (a, b *udp
 	}
 }
 
+// TestConformance runs linktest with GSO/GRO (the default) and without.
 func TestConformance(t *testing.T) {
-	t.Run("IPv4", func(t *testing.T) {
-		linktest.Run(t, func(t *testing.T) linktest.Pair {
-			a, b := pairSamePort(t, udp.Config{TxBuffers: 64})
-			return linktest.Pair{A: a, B: b, AddrA: lo1, AddrB: lo2}
+	for _, mode := range []struct {
+		name  string
+		noGSO bool
+	}{{"GSO", false}, {"NoGSO", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			cfg := udp.Config{TxBuffers: 64, NoGSO: mode.noGSO}
+			t.Run("IPv4", func(t *testing.T) {
+				linktest.Run(t, func(t *testing.T) linktest.Pair {
+					a, b := pairSamePort(t, cfg)
+					return linktest.Pair{A: a, B: b, AddrA: lo1, AddrB: lo2}
+				})
+			})
+			t.Run("IPv4MTU9000", func(t *testing.T) {
+				linktest.Run(t, func(t *testing.T) linktest.Pair {
+					c := cfg
+					c.MTU = 9000
+					a, b := pairSamePort(t, c)
+					return linktest.Pair{A: a, B: b, AddrA: lo1, AddrB: lo2}
+				})
+			})
+			t.Run("IPv6", func(t *testing.T) {
+				linktest.Run(t, func(t *testing.T) linktest.Pair {
+					a, b := pairPorts(t, lo6, lo6, cfg)
+					return linktest.Pair{A: a, B: b, AddrA: lo6, AddrB: lo6}
+				})
+			})
+			t.Run("DualStackWildcard", func(t *testing.T) {
+				linktest.Run(t, func(t *testing.T) linktest.Pair {
+					c := cfg
+					c.MTU = 1500
+					a, b := pairPorts(t, netip.Addr{}, lo2, c)
+					return linktest.Pair{A: a, B: b, AddrA: lo1, AddrB: lo2}
+				})
+			})
 		})
-	})
-	t.Run("IPv4MTU9000", func(t *testing.T) {
-		linktest.Run(t, func(t *testing.T) linktest.Pair {
-			a, b := pairSamePort(t, udp.Config{MTU: 9000, TxBuffers: 64})
-			return linktest.Pair{A: a, B: b, AddrA: lo1, AddrB: lo2}
-		})
-	})
-	t.Run("IPv6", func(t *testing.T) {
-		linktest.Run(t, func(t *testing.T) linktest.Pair {
-			a, b := pairPorts(t, lo6, lo6, udp.Config{TxBuffers: 64})
-			return linktest.Pair{A: a, B: b, AddrA: lo6, AddrB: lo6}
-		})
-	})
-	t.Run("DualStackWildcard", func(t *testing.T) {
-		linktest.Run(t, func(t *testing.T) linktest.Pair {
-			a, b := pairPorts(t, netip.Addr{}, lo2, udp.Config{MTU: 1500, TxBuffers: 64})
-			return linktest.Pair{A: a, B: b, AddrA: lo1, AddrB: lo2}
-		})
-	})
+	}
 }
 
 func TestProps(t *testing.T) {

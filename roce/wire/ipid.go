@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math/bits"
+	"sync/atomic"
 )
 
 // RecoverIPv4ID finds the IPv4 Identification that makes the ICRC of an IPv4
@@ -25,23 +26,8 @@ import (
 // Identification explains the mismatch. A frame whose ICRC is already right
 // gives its own Identification. RecoverIPv4ID does not allocate.
 func RecoverIPv4ID(frame []byte) (id uint16, ok bool) {
-	ip := ethLen
-	if len(frame) < ip+ipv4Len {
-		return 0, false
-	}
-	et := binary.BigEndian.Uint16(frame[12:])
-	if et == 0x8100 || et == 0x88a8 {
-		ip += 4
-		if len(frame) < ip+ipv4Len {
-			return 0, false
-		}
-		et = binary.BigEndian.Uint16(frame[ip-2:])
-	}
-	if et != 0x0800 || frame[ip]>>4 != 4 {
-		return 0, false
-	}
-	end := ip + int(binary.BigEndian.Uint16(frame[ip+2:]))
-	if end > len(frame) || end < ip+int(frame[ip]&0x0f)*4+udpLen+BTHLen+ICRCLen {
+	ip, end, ok := ipv4Span(frame)
+	if !ok {
 		return 0, false
 	}
 	want, err := ComputeICRC(frame[:end])
@@ -55,7 +41,7 @@ func RecoverIPv4ID(frame []byte) (id uint16, ok bool) {
 	}
 	// Bytes hashed after the Identification field (the ICRC is not hashed).
 	n := uint64(end - ICRCLen - (ip + 6))
-	shift := xPow8N(n)
+	shift := shiftAfterID(n)
 	// Elimination rows keyed by their top bit, each with the set of ID bits
 	// it combines.
 	var rows [32]uint32
@@ -82,6 +68,85 @@ func RecoverIPv4ID(frame []byte) (id uint16, ok bool) {
 		x ^= masks[hb]
 	}
 	return cur ^ x, true
+}
+
+// ChangeIPv4ID writes id into the Identification field of an IPv4 RoCEv2
+// frame (and its header checksum) and, when the frame's ICRC was right,
+// changes the ICRC so that it is right for id. This is for links whose kernel
+// writes an Identification of its own (link/udp with UDP_SEGMENT: segment k
+// leaves with Identification k). The check costs one CRC pass over the frame;
+// the update does not hash again (the CRC is linear in the Identification, as
+// RecoverIPv4ID explains). A frame whose ICRC is wrong, or that is no RoCEv2
+// frame, gets id and keeps its bytes otherwise, so it arrives as sent.
+//
+// ok is false when frame is not IPv4 with room for UDP, BTH and ICRC (then it
+// is unchanged); icrcOK reports whether the ICRC was right before. It does
+// not allocate and is safe for concurrent use on distinct frames.
+func ChangeIPv4ID(frame []byte, id uint16) (icrcOK, ok bool) {
+	ip, end, ok := ipv4Span(frame)
+	if !ok {
+		return false, false
+	}
+	cur := binary.BigEndian.Uint16(frame[ip+4:])
+	if cur == id {
+		return false, true // nothing hashed changes
+	}
+	want, err := ComputeICRC(frame[:end])
+	if err != nil {
+		return false, false
+	}
+	slot := frame[end-ICRCLen:]
+	icrcOK = want == binary.LittleEndian.Uint32(slot)
+	SetIPv4ID(frame, id)
+	if icrcOK {
+		var d uint32
+		for x, i := cur^id, 0; x != 0; x, i = x>>1, i+1 {
+			if x&1 != 0 {
+				d ^= idBasis[i]
+			}
+		}
+		n := uint64(end - ICRCLen - (ip + 6))
+		binary.LittleEndian.PutUint32(slot, want^multModP(shiftAfterID(n), d))
+	}
+	return icrcOK, true
+}
+
+// lastShift caches X^(8n) mod P for the last n asked (n in the high 32 bits):
+// frames of one size share it, and computing it costs about a microsecond.
+var lastShift atomic.Uint64
+
+func shiftAfterID(n uint64) uint32 {
+	if c := lastShift.Load(); c>>32 == n && c != 0 {
+		return uint32(c)
+	}
+	s := xPow8N(n)
+	lastShift.Store(n<<32 | uint64(s))
+	return s
+}
+
+// ipv4Span finds the IPv4 header of an RoCEv2 frame (after one optional
+// 802.1Q/802.1ad tag) and the end of its IP packet.
+func ipv4Span(frame []byte) (ip, end int, ok bool) {
+	ip = ethLen
+	if len(frame) < ip+ipv4Len {
+		return 0, 0, false
+	}
+	et := binary.BigEndian.Uint16(frame[12:])
+	if et == 0x8100 || et == 0x88a8 {
+		ip += 4
+		if len(frame) < ip+ipv4Len {
+			return 0, 0, false
+		}
+		et = binary.BigEndian.Uint16(frame[ip-2:])
+	}
+	if et != 0x0800 || frame[ip]>>4 != 4 {
+		return 0, 0, false
+	}
+	end = ip + int(binary.BigEndian.Uint16(frame[ip+2:]))
+	if end > len(frame) || end < ip+int(frame[ip]&0x0f)*4+udpLen+BTHLen+ICRCLen {
+		return 0, 0, false
+	}
+	return ip, end, true
 }
 
 // SetIPv4ID writes id into the Identification field of an IPv4 frame (after

@@ -73,3 +73,54 @@ func TestRecoverIPv4ID(t *testing.T) {
 		t.Fatalf("wire.RecoverIPv4ID allocates %v times", a)
 	}
 }
+
+// TestChangeIPv4ID: every IPv4 frame rxe sent, moved to other
+// Identifications, is byte-identical to re-encoding it with that
+// Identification (ICRC updated without rehashing), and moving it back gives
+// the captured bytes; a frame with a wrong ICRC only gets the new ID.
+func TestChangeIPv4ID(t *testing.T) {
+	n := 0
+	for _, f := range rxeFrames(t) {
+		var p wire.Packet
+		if err := p.Decode(f.data); err != nil || p.IPv6 {
+			continue
+		}
+		n++
+		g := append([]byte(nil), f.data...)
+		for _, id := range []uint16{p.IPID ^ 1, 0, 0xffff, p.IPID + 17} {
+			icrcOK, ok := wire.ChangeIPv4ID(g, id)
+			if !ok || (!icrcOK && id != p.IPID) {
+				t.Fatalf("%s: ChangeIPv4ID(%#x) = %v, %v", f.String(), id, icrcOK, ok)
+			}
+			want := append([]byte(nil), f.data...)
+			wire.SetIPv4ID(want, id)
+			if err := wire.SetICRC(want); err != nil {
+				t.Fatal(err)
+			}
+			if string(g) != string(want) {
+				t.Fatalf("%s: with ID %#x:\n got % x\nwant % x", f.String(), id, g, want)
+			}
+		}
+		wire.ChangeIPv4ID(g, p.IPID)
+		if string(g) != string(f.data) {
+			t.Fatalf("%s: back to ID %#x the frame differs", f.String(), p.IPID)
+		}
+		g[len(g)-5] ^= 0x40 // last payload byte or pad: the ICRC is now wrong
+		bad := append([]byte(nil), g...)
+		if icrcOK, ok := wire.ChangeIPv4ID(g, p.IPID+1); icrcOK || !ok {
+			t.Fatalf("%s: corrupted frame: ChangeIPv4ID = %v, %v; want false, true", f.String(), icrcOK, ok)
+		}
+		wire.SetIPv4ID(bad, p.IPID+1)
+		if string(g) != string(bad) {
+			t.Fatalf("%s: corrupted frame changed beyond its ID", f.String())
+		}
+	}
+	if n < 300 {
+		t.Fatalf("walked %d IPv4 frames: the captures are missing", n)
+	}
+	first := append([]byte(nil), rxeFrames(t)[0].data...)
+	id := uint16(0)
+	if a := testing.AllocsPerRun(100, func() { id++; wire.ChangeIPv4ID(first, id) }); a != 0 {
+		t.Fatalf("wire.ChangeIPv4ID allocates %v times", a)
+	}
+}
