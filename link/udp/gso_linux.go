@@ -31,10 +31,12 @@ import (
 // linear, so only the check costs a pass over the frame). A single frame
 // leaves as a plain datagram with ID 0, as without GSO. IPv6 has no ID.
 //
-// UDP_SEGMENT needs transmit checksum offload on the device: without it the
-// kernel fails the message with EIO (and with EINVAL where it does not know
-// UDP_SEGMENT). Then GSO is turned off for the link, said once at info
-// level, and the message's frames and all later ones go one datagram each.
+// Where the kernel refuses a UDP_SEGMENT message — EIO before Linux 6.11 on
+// a device without transmit checksum offload (later kernels checksum the
+// segments in software) or through IPsec; EINVAL without UDP checksums or
+// on kernels before 4.18 — GSO is turned off for the link (whatever device
+// the refused message was for), said once at info level, and that message's
+// frames and all later ones go one datagram each.
 
 const (
 	// maxSegs is the most frames per message (the kernel's
@@ -222,11 +224,7 @@ func (l *Link) flushGSO() error {
 func (l *Link) gsoRefused(e unix.Errno, gi int) error {
 	s := &l.gsoTx
 	if l.gso.Swap(false) {
-		why := "the device has no transmit checksum offload"
-		if e == unix.EINVAL {
-			why = "the kernel does not take UDP_SEGMENT here"
-		}
-		l.log.Info("udp: GSO off, one datagram per frame: "+why, "err", os.NewSyscallError("sendmmsg", e))
+		l.log.Info("udp: GSO off, one datagram per frame: the kernel refused UDP_SEGMENT", "err", os.NewSyscallError("sendmmsg", e))
 	}
 	for _, g := range s.groups[gi:s.ng] {
 		if g.n > 1 && g.v4 {

@@ -109,16 +109,13 @@ func Open(cfg Config) (*Link, error) {
 	case -1:
 		port = 0
 	}
-	mtu, ifname := cfg.MTU, ""
-	if mtu == 0 || (!wildcard && !cfg.NoGSO) {
-		m, name, err := interfaceOf(addr, wildcard)
-		if err != nil && mtu == 0 {
+	mtu := cfg.MTU
+	if mtu == 0 {
+		m, err := interfaceMTU(addr, wildcard)
+		if err != nil {
 			return nil, err
 		}
-		if mtu == 0 {
-			mtu = m
-		}
-		ifname = name
+		mtu = m
 	}
 
 	l := &Link{v6: wildcard || addr.Is6(), pktinfo: wildcard, local: addr, batch: cfg.Batch, fd: -1, efd: -1, log: cfg.Logger}
@@ -130,7 +127,7 @@ func Open(cfg Config) (*Link, error) {
 		return nil, err
 	}
 	if !cfg.NoGSO {
-		l.enableOffload(ifname)
+		l.enableOffload()
 	}
 	bound, err := unix.Getsockname(l.fd)
 	if err != nil {
@@ -243,15 +240,15 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// interfaceOf returns the MTU of the interface holding addr, capped at
-// MaxAutoMTU, and its name; or 1500 and "" for the wildcard address.
-func interfaceOf(addr netip.Addr, wildcard bool) (int, string, error) {
+// interfaceMTU returns the MTU of the interface holding addr, capped at
+// MaxAutoMTU, or 1500 for the wildcard address.
+func interfaceMTU(addr netip.Addr, wildcard bool) (int, error) {
 	if wildcard {
-		return 1500, "", nil
+		return 1500, nil
 	}
 	ifs, err := net.Interfaces()
 	if err != nil {
-		return 0, "", fmt.Errorf("udp: open: list interfaces: %w", err)
+		return 0, fmt.Errorf("udp: open: list interfaces: %w", err)
 	}
 	for _, ifi := range ifs {
 		addrs, err := ifi.Addrs()
@@ -264,16 +261,16 @@ func interfaceOf(addr netip.Addr, wildcard bool) (int, string, error) {
 				continue
 			}
 			if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == addr {
-				return min(ifi.MTU, MaxAutoMTU), ifi.Name, nil
+				return min(ifi.MTU, MaxAutoMTU), nil
 			}
 			// 127.0.0.0/8 is all local on lo, though only 127.0.0.1
 			// is listed.
 			if ifi.Flags&net.FlagLoopback != 0 && addr.Is4() && ipn.Contains(addr.AsSlice()) {
-				return min(ifi.MTU, MaxAutoMTU), ifi.Name, nil
+				return min(ifi.MTU, MaxAutoMTU), nil
 			}
 		}
 	}
-	return 0, "", fmt.Errorf("udp: open: no interface has address %v (set Config.MTU to skip the lookup)", addr)
+	return 0, fmt.Errorf("udp: open: no interface has address %v (set Config.MTU to skip the lookup)", addr)
 }
 
 func (l *Link) initBuffers(cfg Config) {
