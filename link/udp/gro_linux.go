@@ -58,7 +58,7 @@ func (l *Link) receiveGRO(frames [][]byte) (int, error) {
 		} else {
 			slot := l.rxSlots[k]
 			copy(slot[headroom:], l.groBuf[i][p.off:p.off+seg])
-			if f, ok := l.rebuild(i, slot, seg); ok {
+			if f, ok := l.rebuild(i, slot, seg, uint16(p.off/max(p.seg, 1))); ok {
 				frames[k] = f
 				k++
 			}

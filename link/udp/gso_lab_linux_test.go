@@ -23,7 +23,7 @@ import (
 )
 
 // openInNS opens a link inside e's namespace, bound to addr.
-func openInNS(t *testing.T, e *netlab.Iface, cfg udp.Config) *udp.Link {
+func openInNS(t testing.TB, e *netlab.Iface, cfg udp.Config) *udp.Link {
 	t.Helper()
 	var l *udp.Link
 	if err := e.NS.Do(func() error {

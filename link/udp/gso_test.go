@@ -16,7 +16,7 @@ import (
 // gsoRun builds the frames of one Send: n RoCEv2 frames of size payload
 // bytes from src to dst (sport the sender's port), the last one short bytes
 // shorter, each payload starting with its index; tos per frame from tosOf.
-func gsoRun(t *testing.T, src, dst netip.Addr, sport uint16, n, size, short int, tosOf func(i int) uint8) [][]byte {
+func gsoRun(t testing.TB, src, dst netip.Addr, sport uint16, n, size, short int, tosOf func(i int) uint8) [][]byte {
 	t.Helper()
 	out := make([][]byte, n)
 	for i := range n {
@@ -152,5 +152,33 @@ func TestGSONoAllocs(t *testing.T) {
 	}
 	if s := b.Stats(); s.RxGROCoalesced == 0 {
 		t.Errorf("nothing coalesced: %+v", s)
+	}
+}
+
+// TestGROPendingWakesWait: segments of a coalesced message that Receive did
+// not return yet (it was given room for one frame) make Wait return at once
+// and come out of the next Receive calls in order.
+func TestGROPendingWakesWait(t *testing.T) {
+	a, b := pairSamePort(t, udp.Config{MTU: 9000})
+	sent := gsoRun(t, lo1, lo2, a.Props().SrcPort, 10, 2000, 0, func(int) uint8 { return 0 })
+	sendAll(t, a, sent)
+	one := make([][]byte, 1)
+	for i := range sent {
+		start := time.Now()
+		if err := b.Wait(2 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && time.Since(start) > time.Second {
+			t.Fatalf("frame %d: Wait blocked %v with segments pending", i, time.Since(start))
+		}
+		if n, err := b.Receive(one); n != 1 || err != nil {
+			t.Fatalf("frame %d: Receive = %d, %v", i, n, err)
+		}
+		if got := binary.BigEndian.Uint32(one[0][len(one[0])-2004:]); got != uint32(i) {
+			t.Fatalf("frame %d: got frame %d", i, got)
+		}
+	}
+	if s := b.Stats(); s.RxGROCoalesced != 1 {
+		t.Errorf("receiver %+v: want one coalesced message", s)
 	}
 }

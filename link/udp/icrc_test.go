@@ -13,7 +13,7 @@ import (
 )
 
 // encode builds an RC SEND_ONLY frame from a to b with the wire encoder.
-func encode(t *testing.T, src, dst netip.Addr, sport uint16, id uint16, tos, ttl uint8, payload []byte) []byte {
+func encode(t testing.TB, src, dst netip.Addr, sport uint16, id uint16, tos, ttl uint8, payload []byte) []byte {
 	t.Helper()
 	p := wire.Packet{
 		DstMAC: [6]byte{2, 0, 0, 0, 0, 2}, SrcMAC: [6]byte{2, 0, 0, 0, 0, 1},

@@ -75,12 +75,13 @@ func (l *Link) frame(i int) ([]byte, bool) {
 		l.rxStats.truncated.Add(1)
 		return nil, false
 	}
-	return l.rebuild(i, l.rxSlots[i], int(h.Len))
+	return l.rebuild(i, l.rxSlots[i], int(h.Len), 0)
 }
 
 // rebuild writes the headers in front of the n payload bytes at
-// slot[headroom:], a datagram that came in message i.
-func (l *Link) rebuild(i int, slot []byte, n int) ([]byte, bool) {
+// slot[headroom:], a datagram that came in message i as segment seg (0 when
+// not coalesced).
+func (l *Link) rebuild(i int, slot []byte, n int, seg uint16) ([]byte, bool) {
 	// Source from the name, destination from the packet info.
 	var src, dst [16]byte
 	var sport uint16
@@ -121,11 +122,12 @@ func (l *Link) rebuild(i int, slot []byte, n int) ([]byte, bool) {
 		binary.BigEndian.PutUint16(ip[10:], wire.IPv4Checksum(ip))
 		putUDP(f[34:42], sport, n)
 		// The kernel hid the sender's Identification, which the ICRC
-		// covers: recover it from the ICRC (rxe sends a counter, we and
-		// other UDP-socket senders 0) so the frame is the one sent, in
-		// captures too. A frame no Identification explains is left with
-		// 0 and fails the engine's ICRC check.
-		if id, ok := wire.RecoverIPv4ID(f); ok && id != 0 {
+		// covers: recover it from the ICRC (rxe sends a counter, UDP
+		// sockets 0, or k for segment k of a UDP_SEGMENT message: tried
+		// first) so the frame is the one sent, in captures too. A frame no
+		// Identification explains is left with 0 and fails the engine's
+		// ICRC check.
+		if id, ok := wire.RecoverIPv4IDGuess(f, seg); ok && id != 0 {
 			wire.SetIPv4ID(f, id)
 			l.rxStats.idRecovered.Add(1)
 		}

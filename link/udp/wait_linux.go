@@ -11,12 +11,16 @@ import (
 )
 
 // Wait blocks until a datagram can be received, Wake is called, the link is
-// closed, or the timeout passes (negative: no limit).
+// closed, or the timeout passes (negative: no limit). It returns at once
+// while segments of a coalesced message received earlier wait for Receive.
 func (l *Link) Wait(timeout time.Duration) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed.Load() {
 		return link.ErrClosed
+	}
+	if l.pend.msg < l.pend.msgs {
+		return nil
 	}
 	var ts *unix.Timespec
 	if timeout >= 0 {

@@ -26,6 +26,14 @@ import (
 // Identification explains the mismatch. A frame whose ICRC is already right
 // gives its own Identification. RecoverIPv4ID does not allocate.
 func RecoverIPv4ID(frame []byte) (id uint16, ok bool) {
+	return RecoverIPv4IDGuess(frame, 0)
+}
+
+// RecoverIPv4IDGuess is RecoverIPv4ID trying guess first, which costs one
+// multiplication instead of the elimination (sixteen): for a segment of a
+// coalesced UDP_SEGMENT message the sender's Identification is usually the
+// segment's index in it.
+func RecoverIPv4IDGuess(frame []byte, guess uint16) (id uint16, ok bool) {
 	ip, end, ok := ipv4Span(frame)
 	if !ok {
 		return 0, false
@@ -42,6 +50,9 @@ func RecoverIPv4ID(frame []byte) (id uint16, ok bool) {
 	// Bytes hashed after the Identification field (the ICRC is not hashed).
 	n := uint64(end - ICRCLen - (ip + 6))
 	shift := shiftAfterID(n)
+	if guess != cur && multModP(shift, crc0ID(cur^guess)) == delta {
+		return guess, true
+	}
 	// Elimination rows keyed by their top bit, each with the set of ID bits
 	// it combines.
 	var rows [32]uint32
@@ -99,16 +110,21 @@ func ChangeIPv4ID(frame []byte, id uint16) (icrcOK, ok bool) {
 	icrcOK = want == binary.LittleEndian.Uint32(slot)
 	SetIPv4ID(frame, id)
 	if icrcOK {
-		var d uint32
-		for x, i := cur^id, 0; x != 0; x, i = x>>1, i+1 {
-			if x&1 != 0 {
-				d ^= idBasis[i]
-			}
-		}
 		n := uint64(end - ICRCLen - (ip + 6))
-		binary.LittleEndian.PutUint32(slot, want^multModP(shiftAfterID(n), d))
+		binary.LittleEndian.PutUint32(slot, want^multModP(shiftAfterID(n), crc0ID(cur^id)))
 	}
 	return icrcOK, true
+}
+
+// crc0ID is crc0 of the two Identification bytes x (big-endian).
+func crc0ID(x uint16) uint32 {
+	var d uint32
+	for i := 0; x != 0; x, i = x>>1, i+1 {
+		if x&1 != 0 {
+			d ^= idBasis[i]
+		}
+	}
+	return d
 }
 
 // lastShift caches X^(8n) mod P for the last n asked (n in the high 32 bits):

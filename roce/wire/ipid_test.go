@@ -39,6 +39,12 @@ func TestRecoverIPv4ID(t *testing.T) {
 		if !ok || id != p.IPID {
 			t.Fatalf("%s: rebuilt with ID 0: got %#x, %v; want %#x", f.String(), id, ok, p.IPID)
 		}
+		// A right guess and a wrong one give the same answer.
+		for _, guess := range []uint16{p.IPID, p.IPID + 1} {
+			if id, ok := wire.RecoverIPv4IDGuess(g, guess); !ok || id != p.IPID {
+				t.Fatalf("%s: guessing %#x: got %#x, %v; want %#x", f.String(), guess, id, ok, p.IPID)
+			}
+		}
 		wire.SetIPv4ID(g, id)
 		var q wire.Packet
 		if err := q.Decode(g); err != nil {
