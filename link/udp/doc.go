@@ -11,6 +11,15 @@
 // ICRC covers both, so Props.SrcPort tells the engine to encode frames with
 // the socket's port; then the ICRC it computed is the one the peer checks.
 //
+// By default (Config.NoGSO turns it off) runs of frames to one destination
+// with one source, TOS and size leave as one UDP_SEGMENT message each, which
+// the kernel (or the device) cuts back into the datagrams given; segment k
+// of a message leaves with IPv4 Identification k, so Send moves frame k's
+// ICRC to that ID first (wire.ChangeIPv4ID). The socket receives with
+// UDP_GRO and splits coalesced messages by their segment size. Where the
+// kernel refuses UDP_SEGMENT, GSO turns off for the link and says so once
+// (Config.Logger). gso_linux.go and gro_linux.go give the kernel's rules.
+//
 // Receive takes datagrams in batches (recvmmsg) with their destination
 // address (IP_PKTINFO / IPV6_PKTINFO) and rebuilds the headers in front of
 // each payload, so that the engine sees a whole frame: zero MAC addresses;
