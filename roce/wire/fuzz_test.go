@@ -73,6 +73,16 @@ func FuzzDecode(f *testing.F) {
 		if err := r.DecodeWith(buf[:n], wire.AcceptOOO); err != nil {
 			t.Fatalf("re-encoded frame does not decode: %v", err)
 		}
+		// Moving the IPv4 ID keeps a right ICRC right and never panics.
+		g := bytes.Clone(data)
+		if icrcOK, ok := wire.ChangeIPv4ID(g, ^p.IPID); ok && icrcOK {
+			if err := wire.VerifyICRC(g); err != nil {
+				t.Fatalf("ICRC right for ID %#x but not after ChangeIPv4ID(%#x): %v", p.IPID, ^p.IPID, err)
+			}
+			if id, ok := wire.RecoverIPv4IDGuess(g, 7); !ok || id != ^p.IPID {
+				t.Fatalf("RecoverIPv4IDGuess after ChangeIPv4ID(%#x): %#x, %v", ^p.IPID, id, ok)
+			}
+		}
 	})
 }
 
