@@ -104,7 +104,7 @@ func (g *group) joins(ft *frameInfo, size int) bool {
 func (l *Link) sendGSO(frames [][]byte) error {
 	s := &l.gsoTx
 	var err error
-	for _, f := range frames {
+	for j, f := range frames {
 		if !l.pool.Put(f) {
 			l.txStats.invalid.Add(1)
 			err = errForeign
@@ -128,6 +128,11 @@ func (l *Link) sendGSO(frames [][]byte) error {
 			if s.ng == len(s.groups) || s.nf == len(s.frames) {
 				if e := l.flushGSO(); e != nil && err == nil {
 					err = e
+				}
+				if !l.gso.Load() {
+					// The kernel refused: this frame and the rest plain.
+					e := l.sendPlain(frames[j:j+1], false)
+					return firstErr(err, firstErr(e, l.sendPlain(frames[j+1:], true)))
 				}
 			}
 			s.groups[s.ng] = group{first: s.nf, n: 1, size: size, tos: ft.tos, v4: ft.v4, src: ft.src, dst: ft.dst}

@@ -5,7 +5,10 @@ package udp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"log/slog"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +183,29 @@ func TestGROPendingWakesWait(t *testing.T) {
 	}
 	if s := b.Stats(); s.RxGROCoalesced != 1 {
 		t.Errorf("receiver %+v: want one coalesced message", s)
+	}
+}
+
+// TestGSORefusedMidSend: the kernel refuses UDP_SEGMENT (no UDP checksums:
+// EINVAL) at a flush inside one Send of 300 frames (more than one sendmmsg
+// holds); GSO turns off, said once, and all 300 frames arrive in order and
+// byte-exact, the later ones as plain datagrams.
+func TestGSORefusedMidSend(t *testing.T) {
+	var log bytes.Buffer
+	var mu sync.Mutex
+	a, b := pairSamePort(t, udp.Config{MTU: 1500, TxBuffers: 512, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))})
+	if err := udp.DisableUDPChecksum(a); err != nil {
+		t.Fatal(err)
+	}
+	sent := gsoRun(t, lo1, lo2, a.Props().SrcPort, 300, 200, 0, func(int) uint8 { return 0 })
+	sendAll(t, a, sent)
+	got := recvN(t, b, len(sent))
+	for i := range got {
+		sameRoCE(t, got[i], sent[i])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if s := a.Stats(); s.TxFrames != 300 || s.TxGSOSends != 0 || s.TxErrors != 0 || strings.Count(log.String(), "GSO off") != 1 {
+		t.Errorf("sender %+v, log %q", s, log.String())
 	}
 }
