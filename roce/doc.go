@@ -66,9 +66,12 @@
 // peer such as rxe sets to a counter: link/udp solves for the Identification
 // that makes the ICRC right (wire.RecoverIPv4ID; the CRC is linear, so that
 // is a small linear-algebra test, not a search), writes it into the frame and
-// counts it (udp.Stats.RxIPIDRecovered). The engine checks every frame's ICRC
-// the same way on every link and drops a mismatch (Stats.DropBadICRC). The
-// weakness: over link/udp a corrupted frame passes if its corruption happens
-// to look like an ID change (about 1 in 65536 random corruptions); UDP's own
-// checksum, when the peer sets one, is checked by the kernel first.
+// counts it (udp.Stats.RxIPIDRecovered). With GSO (link/udp's default) the
+// kernel gives segment k of a UDP_SEGMENT message ID k, so link/udp moves
+// each frame's ICRC to that ID before sending. The engine checks every
+// frame's ICRC the same way on every link and drops a mismatch
+// (Stats.DropBadICRC). The weakness: over link/udp a corrupted frame passes
+// if its corruption happens to look like an ID change (about 1 in 65536
+// random corruptions); UDP's own checksum, when the peer sets one, is
+// checked by the kernel first.
 package roce
