@@ -76,10 +76,21 @@ func recvN(t *testing.T, l *udp.Link, n int) [][]byte {
 // checks that they leave as GSO messages, arrive coalesced, split back into
 // the frames sent, each with a valid ICRC for the Identification the kernel
 // gives segment k (k, counted from 0 in each message); that a TOS change
-// starts a new message; and that with NoGSO nothing is coalesced.
+// starts a new message; and that with NoGSO nothing is coalesced. The same
+// from a link bound to all addresses.
 func TestGSOGroupsAndICRC(t *testing.T) {
-	for _, noGSO := range []bool{false, true} {
-		a, b := pairSamePort(t, udp.Config{MTU: 9000, NoGSO: noGSO})
+	for _, tc := range []struct {
+		noGSO, wildcard bool
+	}{{false, false}, {true, false}, {false, true}} {
+		noGSO := tc.noGSO
+		var a, b *udp.Link
+		if tc.wildcard {
+			// Bound to all addresses: IPV6_PKTINFO and UDP_SEGMENT in one
+			// control buffer, IPv4-mapped destinations.
+			a, b = pairPorts(t, netip.Addr{}, lo2, udp.Config{MTU: 9000})
+		} else {
+			a, b = pairSamePort(t, udp.Config{MTU: 9000, NoGSO: noGSO})
+		}
 		sport := a.Props().SrcPort
 		// 20 frames of 4 KiB (15 fit 64 KiB: two messages), the last one
 		// 100 bytes shorter; frames 5..7 with another TOS (ECN CE).
