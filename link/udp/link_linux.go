@@ -171,7 +171,9 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 	}
 	opts := []opt{
 		// DF and no fragmentation: Linux then sends IPv4 ID 0 from an
-		// unconnected socket, which the ICRC covers.
+		// unconnected socket (segment k of a GSO message: k), which the
+		// ICRC covers. Never connect(2) this socket: a connected socket
+		// takes its IDs from a per-socket counter (inet_id) instead.
 		{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
 		{unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO"},
 	}
