@@ -7,16 +7,17 @@ import (
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/link/udp"
 	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/qp"
 )
 
-// openUDPIn opens link/udp (GSO and GRO on, the default) bound to addr in
-// e's namespace and a device on it.
-func openUDPIn(t *testing.T, e *netlab.Iface, addr netip.Addr) (*roce.Device, *udp.Link) {
+// openUDPIn opens link/udp bound to addr in e's namespace (GSO and GRO on,
+// the default, unless noGSO) and a device on it.
+func openUDPIn(t testing.TB, e *netlab.Iface, addr netip.Addr, noGSO bool) (*roce.Device, *udp.Link) {
 	t.Helper()
 	var l *udp.Link
 	if err := e.NS.Do(func() error {
 		var err error
-		l, err = udp.Open(udp.Config{Addr: addr})
+		l, err = udp.Open(udp.Config{Addr: addr, NoGSO: noGSO})
 		return err
 	}); err != nil {
 		t.Fatalf("udp.Open in %s: %v", e.NS.Short, err)
@@ -47,7 +48,7 @@ func TestPrivilegedGSOUDPWithXSK(t *testing.T) {
 			t.Run("mtu="+itoa(mtu)+"/"+mode, func(t *testing.T) {
 				topo := netlab.Pair(t, netlab.LinkConfig{MTU: mtu})
 				x := openIn(t, topo.A, roce.Options{Link: roce.LinkXSK, XDPMode: mode})
-				u, l := openUDPIn(t, topo.B, topo.B.IPv4)
+				u, l := openUDPIn(t, topo.B, topo.B.IPv4, false)
 				for _, p := range []*devPair{{a: x, b: u}, {a: u, b: x}} {
 					runOperations(t, p)
 				}
@@ -58,5 +59,24 @@ func TestPrivilegedGSOUDPWithXSK(t *testing.T) {
 				t.Logf("link/udp %+v", sl)
 			})
 		}
+	}
+}
+
+// BenchmarkPrivilegedUDPGSOWrite64K: 64 KiB RDMA WRITEs, 8 outstanding,
+// between two devices on link/udp in two namespaces over veth (MTU 9000,
+// PMTU 4096), one datagram per frame (NoGSO) against GSO/GRO, in one run.
+func BenchmarkPrivilegedUDPGSOWrite64K(b *testing.B) {
+	netlab.Privileged(b)
+	skipRace(b)
+	topo := netlab.Pair(b, netlab.LinkConfig{MTU: 9000})
+	for _, mode := range []struct {
+		name  string
+		noGSO bool
+	}{{"plain", true}, {"GSO", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			a, _ := openUDPIn(b, topo.A, topo.A.IPv4, mode.noGSO)
+			c, _ := openUDPIn(b, topo.B, topo.B.IPv4, mode.noGSO)
+			benchOps(b, &devPair{a: a, b: c}, qp.WRRDMAWrite, 64<<10, 8)
+		})
 	}
 }
