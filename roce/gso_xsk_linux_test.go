@@ -74,9 +74,12 @@ func BenchmarkPrivilegedUDPGSOWrite64K(b *testing.B) {
 		noGSO bool
 	}{{"plain", true}, {"GSO", false}} {
 		b.Run(mode.name, func(b *testing.B) {
-			a, _ := openUDPIn(b, topo.A, topo.A.IPv4, mode.noGSO)
-			c, _ := openUDPIn(b, topo.B, topo.B.IPv4, mode.noGSO)
+			a, la := openUDPIn(b, topo.A, topo.A.IPv4, mode.noGSO)
+			c, lc := openUDPIn(b, topo.B, topo.B.IPv4, mode.noGSO)
 			benchOps(b, &devPair{a: a, b: c}, qp.WRRDMAWrite, 64<<10, 8)
+			if sa, sc := la.Stats(), lc.Stats(); sa.TxDropped+sa.TxErrors+sc.TxDropped+sc.TxErrors != 0 {
+				b.Logf("links dropped frames: %+v; %+v", sa, sc)
+			}
 		})
 	}
 }
