@@ -229,7 +229,16 @@ func TestPeerKilled(t *testing.T) {
 				t.Fatalf("Wait with a live peer: %v", err)
 			}
 			done := make(chan error, 1)
-			go func() { done <- l.Wait(-1) }()
+			go func() {
+				// Wait may return early (a wake-up with nothing to receive):
+				// wait again until it reports the peer gone.
+				for {
+					if err := l.Wait(-1); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
 			time.Sleep(20 * time.Millisecond)
 			start := time.Now()
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
