@@ -16,14 +16,14 @@ import (
 )
 
 // TestFacadeUsersImportOnlyRoce: the packages that use queue pairs (the
-// examples, the CLI, file transfer, the tool peer, enlarge and cm) import
+// examples, the CLI, file transfer, the tool peer, enlarge, cm and am) import
 // neither roce/qp nor roce/mr in their non-test files: roce re-exports what
 // they need.
 func TestFacadeUsersImportOnlyRoce(t *testing.T) {
 	goTool := testenv.Tool(t, "go", "it lists the packages' imports")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	pkgs := []string{"./examples/...", "./internal/cli", "./internal/xfer", "./internal/toolpeer", "./enlarge", "./cm"}
+	pkgs := []string{"./examples/...", "./internal/cli", "./internal/xfer", "./internal/toolpeer", "./enlarge", "./cm", "./am"}
 	// One line per package and import: "package import".
 	format := `{{range .Imports}}{{$.ImportPath}} {{.}}{{"\n"}}{{end}}`
 	cmd := exec.CommandContext(ctx, goTool, append([]string{"list", "-f", format}, pkgs...)...)
@@ -41,7 +41,7 @@ func TestFacadeUsersImportOnlyRoce(t *testing.T) {
 			t.Errorf("%s imports %s (use package roce's names)", pkg, imp)
 		}
 	}
-	if len(listed) < len(pkgs) || !listed[mod+"enlarge"] || !listed[mod+"examples/pipe-rdma"] {
+	if len(listed) < len(pkgs) || !listed[mod+"enlarge"] || !listed[mod+"am"] || !listed[mod+"examples/pipe-rdma"] {
 		t.Fatalf("go list showed the imports of %d packages, want at least %d:\n%s", len(listed), len(pkgs), out)
 	}
 }
