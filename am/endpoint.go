@@ -312,7 +312,8 @@ func (ep *Endpoint) windowKeys(id uint32) (lkey, rkey uint32, ok bool) {
 // Write queues an AM write of data to the peer's window win at offset off.
 // Data up to Config.Inline travels in the request; longer data is registered
 // for this operation's tag alone and the peer RDMA-READs it. data must not
-// change until the Handle is Done. Nothing is sent before Progress.
+// change until the Handle is Done. Nothing is sent before Progress. After
+// Close or a fatal Progress error it fails with ErrClosed.
 func (ep *Endpoint) Write(win uint32, off uint64, data []byte) (*Handle, error) {
 	return ep.queue(HWrite, win, off, data)
 }
@@ -321,7 +322,8 @@ func (ep *Endpoint) Write(win uint32, off uint64, data []byte) (*Handle, error) 
 // offset off into buf, which the operation owns until its Handle is Done.
 // Up to Config.Inline bytes come back in the reply; more are RDMA-written by
 // the peer into buf, registered for this operation's tag alone. Nothing is
-// sent before Progress.
+// sent before Progress. After Close or a fatal Progress error it fails with
+// ErrClosed.
 func (ep *Endpoint) Read(win uint32, off uint64, buf []byte) (*Handle, error) {
 	return ep.queue(HRead, win, off, buf)
 }
@@ -337,7 +339,7 @@ func (ep *Endpoint) queue(h Handler, win uint32, off uint64, b []byte) (*Handle,
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.err != nil {
-		return nil, fmt.Errorf("am: %s: %w", name, ep.err)
+		return nil, fmt.Errorf("am: %s: %w", name, ep.closedErr())
 	}
 	ep.tag++
 	o := &op{h: &Handle{ep: ep}, data: b, hdr: Header{Handler: h, Tag: ep.tag, Window: win, Off: off, Len: uint32(len(b))}}
@@ -388,17 +390,26 @@ func (ep *Endpoint) Close() error {
 	return nil
 }
 
-// failAll completes every outstanding operation with ep.err.
+// closedErr is ErrClosed, with the fatal error if that is why.
+func (ep *Endpoint) closedErr() error {
+	if errors.Is(ep.err, ErrClosed) {
+		return ep.err
+	}
+	return fmt.Errorf("%w: %w", ErrClosed, ep.err)
+}
+
+// failAll completes every outstanding operation with closedErr.
 func (ep *Endpoint) failAll() {
+	err := ep.closedErr()
 	for _, q := range [][]*op{ep.writeQ, ep.readQ} {
 		for _, o := range q {
-			ep.finish(o, ep.err)
+			ep.finish(o, err)
 		}
 	}
 	ep.writeQ, ep.readQ = nil, nil
 	for tag, o := range ep.pending {
 		delete(ep.pending, tag)
-		ep.finish(o, ep.err)
+		ep.finish(o, err)
 	}
 	ep.inflight = 0
 }

@@ -17,6 +17,7 @@ import (
 type end struct {
 	dev   *roce.Device
 	pd    *roce.PD
+	qp    *roce.QP
 	ep    *am.Endpoint
 	refQP *roce.QP
 	refCQ *roce.CQ
@@ -62,7 +63,7 @@ func newPair(tb testing.TB, cfg am.Config) *pair {
 		if refs[i], err = e.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: e.refCQ, RecvCQ: e.refCQ}); err != nil {
 			tb.Fatal(err)
 		}
-		e.refQP = refs[i]
+		e.refQP, e.qp = refs[i], qps[i]
 		ends[i] = e
 	}
 	for i := range 2 {
