@@ -33,6 +33,9 @@
 //     it, or is malformed. The window is not touched; the initiator's Handle
 //     fails with ErrUnknownWindow, ErrOutOfRange or ErrBadRequest.
 //
+// User handlers (ids from HUser up) are registered with Register and run by
+// the peer's Call: the payload and the reply (AM_REPLY) travel inline.
+//
 // A window is registered for local access only, and its keys never leave
 // the target: the peer reaches it only through the handlers, which check
 // every range. The only keys on the wire are those of the initiator's

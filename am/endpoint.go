@@ -66,10 +66,10 @@ func (c Config) QueueDepths() (send, recv, cq int, err error) {
 
 // Errors an operation's Handle.Err returns (wrapped: test with errors.Is).
 var (
-	ErrUnknownWindow = errors.New("unknown window")              // the target exposes no window with that id
-	ErrOutOfRange    = errors.New("outside the window")          // offset and length are not inside the window
-	ErrBadRequest    = errors.New("refused as malformed")        // the target could not parse the request
-	ErrRMAFailed     = errors.New("target's rdma access failed") // the target's READ or WRITE of the tagged buffer failed
+	ErrUnknownWindow  = errors.New("unknown window")       // the target exposes no window with that id
+	ErrOutOfRange     = errors.New("outside the window")   // offset and length are not inside the window
+	ErrBadRequest     = errors.New("refused as malformed") // the target could not parse the request, or a reply did not fit
+	ErrUnknownHandler = errors.New("no such handler")      // Call: the target registered no handler with that id
 	// ErrClosed: the endpoint was closed, or failed (Progress returned an
 	// error) before the operation completed.
 	ErrClosed = errors.New("endpoint closed")
@@ -81,8 +81,8 @@ func statusErr(s Status) error {
 		return ErrUnknownWindow
 	case StatusOutOfRange:
 		return ErrOutOfRange
-	case StatusRMAFailed:
-		return ErrRMAFailed
+	case StatusUnknownHandler:
+		return ErrUnknownHandler
 	}
 	return ErrBadRequest
 }
@@ -104,7 +104,8 @@ type Endpoint struct {
 	sbuf   *roce.MR // 2·Depth send slots of msgLen
 	sfree  []int    // free send slots
 
-	windows map[uint32]*window
+	windows  map[uint32]*window
+	handlers map[Handler]HandlerFunc
 
 	// Initiator side.
 	tag      uint64         // last tag used
@@ -146,16 +147,18 @@ type window struct {
 
 // op is one Write or Read of the initiator.
 type op struct {
-	h    *Handle
-	hdr  Header
-	data []byte   // Write: the data; Read: where the bytes go
-	mr   *roce.MR // the region registered for this tag alone (large operations)
+	h     *Handle
+	hdr   Header
+	data  []byte   // Write: the data; Read: where the bytes go; Call: the payload
+	mr    *roce.MR // the region registered for this tag alone (large operations)
+	reply []byte   // Call: where the reply goes
 }
 
 // reply is a reply the target still has to send.
 type reply struct {
-	hdr Header
-	win *window // AM_READ_REPLY: the window the data comes from
+	hdr  Header
+	win  *window // AM_READ_REPLY: the window the data comes from
+	data []byte  // AM_REPLY: the handler's reply
 }
 
 // rmaOp is a tagged RMA operation of the target: RDMA READ of the
@@ -184,6 +187,7 @@ type Handle struct {
 	ep   *Endpoint
 	done bool
 	err  error
+	n    int // Call: the reply's length
 }
 
 // Done reports whether the operation completed (successfully or not). It
@@ -195,7 +199,7 @@ func (h *Handle) Done() bool {
 }
 
 // Err is the operation's error once Done: nil, or ErrUnknownWindow,
-// ErrOutOfRange, ErrBadRequest, ErrRMAFailed or ErrClosed wrapped.
+// ErrOutOfRange, ErrBadRequest, ErrUnknownHandler or ErrClosed wrapped.
 func (h *Handle) Err() error {
 	h.ep.mu.Lock()
 	defer h.ep.mu.Unlock()
@@ -212,7 +216,8 @@ func New(q *roce.QP, pd *roce.PD, cq *roce.CQ, cfg *Config) (*Endpoint, error) {
 }
 
 func newEndpoint(q epQP, pd epPD, cq *roce.CQ, cfg *Config) (*Endpoint, error) {
-	ep := &Endpoint{q: q, pd: pd, cq: cq, windows: map[uint32]*window{}, pending: map[uint64]*op{}}
+	ep := &Endpoint{q: q, pd: pd, cq: cq, windows: map[uint32]*window{}, handlers: map[Handler]HandlerFunc{},
+		pending: map[uint64]*op{}}
 	if cfg != nil {
 		ep.cfg = *cfg
 	}
@@ -341,8 +346,7 @@ func (ep *Endpoint) queue(h Handler, win uint32, off uint64, b []byte) (*Handle,
 	if ep.err != nil {
 		return nil, fmt.Errorf("am: %s: %w", name, ep.closedErr())
 	}
-	ep.tag++
-	o := &op{h: &Handle{ep: ep}, data: b, hdr: Header{Handler: h, Tag: ep.tag, Window: win, Off: off, Len: uint32(len(b))}}
+	o := ep.newOp(Header{Handler: h, Window: win, Off: off, Len: uint32(len(b))}, b)
 	if len(b) > ep.cfg.Inline {
 		if h == HWrite {
 			o.hdr.Handler = HWriteRTS
@@ -356,6 +360,13 @@ func (ep *Endpoint) queue(h Handler, win uint32, off uint64, b []byte) (*Handle,
 		ep.readQ = append(ep.readQ, o)
 	}
 	return o.h, nil
+}
+
+// newOp makes an operation with the next tag.
+func (ep *Endpoint) newOp(h Header, data []byte) *op {
+	ep.tag++
+	h.Tag = ep.tag
+	return &op{h: &Handle{ep: ep}, hdr: h, data: data}
 }
 
 // Stats returns the endpoint's counters.

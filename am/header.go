@@ -38,10 +38,15 @@ const (
 	HReadReply                    // the data of an inline read
 	HDone                         // the tagged operation completed
 	HNAK                          // the request was refused (Status says why)
+	HReply                        // the reply of a registered handler (Call)
+
+	// HUser is the first id Register accepts; ids below are reserved for
+	// the built-in handlers.
+	HUser Handler = 16
 )
 
 var handlerNames = [...]string{HWrite: "AM_WRITE", HWriteRTS: "AM_WRITE_RTS", HRead: "AM_READ",
-	HReadReply: "AM_READ_REPLY", HDone: "AM_DONE", HNAK: "AM_NAK"}
+	HReadReply: "AM_READ_REPLY", HDone: "AM_DONE", HNAK: "AM_NAK", HReply: "AM_REPLY"}
 
 func (h Handler) String() string {
 	if int(h) < len(handlerNames) && handlerNames[h] != "" {
@@ -59,15 +64,15 @@ type Status uint16
 
 // NAK reasons.
 const (
-	StatusOK            Status = iota
-	StatusUnknownWindow        // no window with that id is exposed
-	StatusOutOfRange           // offset and length are not inside the window
-	StatusBadRequest           // malformed request or unknown handler
-	StatusRMAFailed            // the target's RDMA READ or WRITE failed
+	StatusOK             Status = iota
+	StatusUnknownWindow         // no window with that id is exposed
+	StatusOutOfRange            // offset and length are not inside the window
+	StatusBadRequest            // malformed request or unknown handler
+	StatusUnknownHandler        // no handler is registered with that id
 )
 
 var statusNames = [...]string{StatusOK: "ok", StatusUnknownWindow: "unknown window",
-	StatusOutOfRange: "out of range", StatusBadRequest: "bad request", StatusRMAFailed: "rma failed"}
+	StatusOutOfRange: "out of range", StatusBadRequest: "bad request", StatusUnknownHandler: "unknown handler"}
 
 func (s Status) String() string {
 	if int(s) < len(statusNames) {

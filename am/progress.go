@@ -114,10 +114,15 @@ func (ep *Endpoint) handle(msg []byte) {
 	case HWrite, HWriteRTS, HRead:
 		ep.stats.Handled++
 		ep.target(&h, msg)
-	case HReadReply, HDone, HNAK:
+	case HReadReply, HDone, HNAK, HReply:
 		ep.initiator(&h, msg)
 	default:
-		ep.reply(&h, HNAK, StatusBadRequest, nil)
+		if h.Handler < HUser {
+			ep.reply(&h, HNAK, StatusBadRequest, nil)
+			return
+		}
+		ep.stats.Handled++
+		ep.runUser(&h, msg)
 	}
 }
 
@@ -185,15 +190,24 @@ func (ep *Endpoint) initiator(h *Header, msg []byte) {
 	case h.Handler == HDone && (o.hdr.Handler == HWrite || rma):
 	case h.Handler == HReadReply && o.hdr.Handler == HRead && !rma && len(msg)-HeaderLen == len(o.data):
 		copy(o.data, msg[HeaderLen:])
+	case h.Handler == HReply && o.hdr.Handler >= HUser && len(msg)-HeaderLen == int(h.Len):
+		if int(h.Len) > len(o.reply) {
+			err = fmt.Errorf("%w: a reply of %d B for a %d B buffer", ErrBadRequest, h.Len, len(o.reply))
+			break
+		}
+		o.h.n = copy(o.reply, msg[HeaderLen:])
 	default:
 		err = fmt.Errorf("%w reply %v", ErrBadRequest, h.Handler)
 	}
 	if err != nil {
-		name := "write"
-		if o.hdr.Handler == HRead {
-			name = "read"
+		switch o.hdr.Handler {
+		case HWrite, HWriteRTS:
+			err = fmt.Errorf("am: write window %d [%#x, +%d): %w", o.hdr.Window, o.hdr.Off, o.hdr.Len, err)
+		case HRead:
+			err = fmt.Errorf("am: read window %d [%#x, +%d): %w", o.hdr.Window, o.hdr.Off, o.hdr.Len, err)
+		default:
+			err = fmt.Errorf("am: call handler %d: %w", o.hdr.Handler, err)
 		}
-		err = fmt.Errorf("am: %s window %d [%#x, +%d): %w", name, o.hdr.Window, o.hdr.Off, o.hdr.Len, err)
 	}
 	ep.finish(o, err)
 }
@@ -226,7 +240,7 @@ func (ep *Endpoint) send(h *Header, d *RMADesc, data []byte) (bool, error) {
 func (ep *Endpoint) sendReplies() error {
 	for len(ep.replies) > 0 {
 		r := &ep.replies[0]
-		var data []byte
+		data := r.data
 		if r.win != nil {
 			data = r.win.mr.Bytes()[r.hdr.Off : r.hdr.Off+uint64(r.hdr.Len)]
 		}
@@ -305,7 +319,7 @@ func (ep *Endpoint) issue(q *[]*op) error {
 			d = &RMADesc{Addr: o.mr.Addr(), RKey: o.mr.RKey()}
 		}
 		var data []byte
-		if o.hdr.Handler == HWrite {
+		if o.hdr.Handler == HWrite || o.hdr.Handler >= HUser {
 			data = o.data
 		}
 		if ok, err := ep.send(&o.hdr, d, data); !ok {
