@@ -115,6 +115,7 @@ type demo struct {
 	work    string // temporary directory
 	srcSum  string
 	cancel  context.CancelFunc // stops the run when stdout is gone
+	outErr  error              // the first failed write to stdout
 	pskFile string             // the run's own pre-shared key, in work
 	psk     []byte
 }
@@ -123,14 +124,24 @@ type demo struct {
 // the run is cancelled so that it cleans up at once instead of finishing
 // a transfer nobody sees.
 func (d *demo) say(format string, args ...any) {
-	if _, err := fmt.Fprintf(d.env.Stdout, format+"\n", args...); err != nil && d.cancel != nil {
-		d.cancel()
+	if _, err := fmt.Fprintf(d.env.Stdout, format+"\n", args...); err != nil && d.outErr == nil {
+		d.outErr = err
+		if d.cancel != nil {
+			d.cancel()
+		}
 	}
 }
 
 func (d *demo) run(ctx context.Context) (err error) {
 	ctx, d.cancel = context.WithCancel(ctx)
 	defer d.cancel()
+	// A run whose report could not be printed failed, even if the transfer
+	// finished first (its capture goes with it).
+	defer func() {
+		if err == nil && d.outErr != nil {
+			err = fmt.Errorf("demo: stdout: %w", d.outErr)
+		}
+	}()
 	// A write to a closed stdout must come back as EPIPE, not kill the
 	// process with SIGPIPE before the lab is removed.
 	sigpipe := make(chan os.Signal, 1)
@@ -152,7 +163,7 @@ func (d *demo) run(ctx context.Context) (err error) {
 		d.capPath = f.Name()
 		// A run that fails leaves no capture of its own behind.
 		defer func() {
-			if err != nil {
+			if err != nil || d.outErr != nil {
 				os.Remove(d.capPath)
 			}
 		}()
