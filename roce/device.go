@@ -203,7 +203,7 @@ type Device struct {
 	reason string
 	ifname string
 	hw     [6]byte
-	gids   []netip.Addr
+	port   port // GID table and link state (port.go)
 	pmtu   wire.MTU
 	opts   Options
 	tbl    *mr.Table
@@ -233,7 +233,8 @@ type Device struct {
 	done      chan struct{}
 	cleanup   []func() error
 
-	st statCounters
+	st     statCounters
+	events asyncQueue // asynchronous events (events.go)
 
 	ctxPool *qp.ContextPool // OOO contexts (nil until the first OOO queue pair)
 	oooQPs  atomic.Int32    // OOO queue pairs alive: the engine accepts OOO opcodes
@@ -256,6 +257,8 @@ type qpEntry struct {
 	deadline int64 // last deadline returned by Progress (0: none)
 	heapAt   int64 // time of this entry's live timer-heap element (0: none)
 	ring     func()
+	failures uint32 // q.Failures() when events were last raised (qpEvents)
+	commEst  bool   // communication established seen, or RTR passed (qpEvents)
 }
 
 type statCounters struct {
@@ -346,7 +349,9 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	default:
 		d.hw = syntheticMAC(o.Addrs)
 	}
-	d.gids = buildGIDTable(d.hw, o.Addrs)
+	d.port.gids = buildGIDTable(d.hw, o.Addrs)
+	d.port.up = true
+	d.events.init()
 	d.ifname, d.reason = ifname, reason
 	e := newEngine(d)
 	started := make(chan error, 1)
@@ -388,17 +393,6 @@ func (d *Device) HWAddr() net.HardwareAddr { return net.HardwareAddr(d.hw[:]) }
 
 // PathMTU is the largest IB MTU the link carries (wire.PathMTU of the link MTU).
 func (d *Device) PathMTU() MTU { return d.pmtu }
-
-// GIDs returns a copy of the GID table.
-func (d *Device) GIDs() []netip.Addr { return append([]netip.Addr(nil), d.gids...) }
-
-// GID returns the GID at index i.
-func (d *Device) GID(i int) (netip.Addr, error) {
-	if i < 0 || i >= len(d.gids) {
-		return netip.Addr{}, fmt.Errorf("roce: gid index %d out of range (table has %d)", i, len(d.gids))
-	}
-	return d.gids[i], nil
-}
 
 // Stats returns the engine's counters.
 func (d *Device) Stats() Stats {
@@ -592,6 +586,7 @@ func (d *Device) Close() error {
 			}
 		}
 		d.closeErr = errors.Join(errs...)
+		d.events.close() // after cleanup, which ends the interface watcher
 	})
 	return d.closeErr
 }

@@ -102,6 +102,7 @@ func (e *engine) run(started chan<- error) {
 				continue
 			}
 			dl := q.q.Progress(now, &e.tx)
+			e.qpEvents(q, false)
 			q.deadline = dl
 			if dl != 0 && (q.heapAt == 0 || dl < q.heapAt) {
 				q.heapAt = dl
@@ -249,6 +250,9 @@ func (e *engine) input(frame []byte, now int64) {
 	e.delivered++
 	e.schedule(q)
 	q.q.Receive(p, now, &e.tx)
+	if !q.commEst {
+		e.qpEvents(q, true)
+	}
 }
 
 // publish adds this round's counters to the device's.

@@ -29,7 +29,7 @@ func IPFromGID(gid netip.Addr) netip.Addr {
 
 // buildGIDTable orders a device's GIDs as rxe does: the EUI-64 link-local
 // address, then the first IPv4 address, then the others in the given order,
-// without duplicates.
+// without duplicates, at most GIDTableLen.
 func buildGIDTable(mac [6]byte, addrs []netip.Addr) []netip.Addr {
 	gids := []netip.Addr{LinkLocalGID(mac)}
 	seen := map[netip.Addr]bool{gids[0]: true}
@@ -47,7 +47,7 @@ func buildGIDTable(mac [6]byte, addrs []netip.Addr) []netip.Addr {
 		}
 	}
 	for _, a := range addrs {
-		if a.IsValid() {
+		if a.IsValid() && len(gids) < GIDTableLen {
 			add(a)
 		}
 	}

@@ -20,6 +20,7 @@ type ifaceInfo struct {
 	mtu   int
 	hw    net.HardwareAddr
 	addrs []netip.Addr // in the kernel's order: IPv4 first, then IPv6
+	up    bool         // up with carrier (linkUp)
 	xdp   *bpf.Program // the steering program openXSK attached (nil: none)
 }
 
@@ -30,11 +31,21 @@ func interfaceInfo(h *netlink.Handle, ifname string) (*ifaceInfo, error) {
 		return nil, fmt.Errorf("interface %q: %w", ifname, err)
 	}
 	a := l.Attrs()
-	info := &ifaceInfo{name: a.Name, index: a.Index, mtu: a.MTU, hw: a.HardwareAddr}
+	info := &ifaceInfo{name: a.Name, index: a.Index, mtu: a.MTU, hw: a.HardwareAddr, up: linkUp(a)}
+	if info.addrs, err = linkAddrs(h, l); err != nil {
+		return nil, fmt.Errorf("interface %q: %w", ifname, err)
+	}
+	return info, nil
+}
+
+// linkAddrs lists the interface's addresses: IPv4 first, then IPv6, each in
+// the kernel's order.
+func linkAddrs(h *netlink.Handle, l netlink.Link) ([]netip.Addr, error) {
+	var addrs []netip.Addr
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		as, err := h.AddrList(l, fam)
 		if err != nil {
-			return nil, fmt.Errorf("interface %q: list addresses: %w", ifname, err)
+			return nil, fmt.Errorf("list addresses: %w", err)
 		}
 		for _, ad := range as {
 			if ad.IPNet == nil {
@@ -48,10 +59,10 @@ func interfaceInfo(h *netlink.Handle, ifname string) (*ifaceInfo, error) {
 			if fam == netlink.FAMILY_V4 != ip.Is4() {
 				continue
 			}
-			info.addrs = append(info.addrs, ip)
+			addrs = append(addrs, ip)
 		}
 	}
-	return info, nil
+	return addrs, nil
 }
 
 // neighResolver finds next-hop MAC addresses in the kernel's neighbour table,

@@ -17,7 +17,9 @@ import (
 // takes the XDP program and sockets, else kernel UDP sockets; LinkName and
 // LinkReason say which and why). Call it in the network namespace of the
 // interface (sockets and the netlink handle used for neighbour lookups stay
-// bound to it).
+// bound to it). The device follows the interface until it closes: its GID
+// table the addresses, its port state the link (up with carrier), with the
+// asynchronous events (AsyncEvents).
 func Open(ifname string, opts *Options) (*Device, error) {
 	var o Options
 	if opts != nil {
@@ -95,6 +97,12 @@ func Open(ifname string, opts *Options) (*Device, error) {
 	if info.xdp != nil {
 		d.xdpCounters = xdpCounters(info.xdp)
 	}
+	stop, err := d.watchInterface(info)
+	if err != nil {
+		d.Close()
+		return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
+	}
+	d.cleanup = append(d.cleanup, stop)
 	return d, nil
 }
 

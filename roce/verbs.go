@@ -236,9 +236,10 @@ func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector
 	}
 	dst := IPFromGID(dgid)
 	src := netip.Addr{}
+	gids := d.gidTable()
 	if sgid.IsValid() {
 		sgid = GIDFromIP(IPFromGID(sgid))
-		for _, g := range d.gids {
+		for _, g := range gids {
 			if g == sgid {
 				src = IPFromGID(g)
 			}
@@ -250,7 +251,7 @@ func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector
 			return av, fmt.Errorf("resolve: source GID %v and destination GID %v are of different IP families", sgid, dgid)
 		}
 	} else {
-		for _, g := range d.gids {
+		for _, g := range gids {
 			a := IPFromGID(g)
 			if a.Is4() != dst.Is4() {
 				continue

@@ -27,6 +27,7 @@ type engine struct {
 	pkt     wire.Packet // the packet being built
 	// errPending: a final NAK must go out before the QP falls silent.
 	finalNAK bool
+	failures uint32 // fail calls (Failures)
 }
 
 // Counter indexes the counters of Stats.
@@ -284,6 +285,9 @@ func (q *QP) fail() {
 		q.state = Error
 	}
 	q.mu.Unlock()
+	if q.e.state != Error {
+		q.e.failures++
+	}
 	q.enterError()
 }
 
