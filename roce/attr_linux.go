@@ -21,20 +21,23 @@ func InterfaceAttr(ifname string, opts *Options) (DeviceAttr, PortAttr, error) {
 	if opts != nil {
 		o = *opts
 	}
-	l, err := netlink.LinkByName(ifname)
+	h, err := netlink.NewHandle()
 	if err != nil {
-		return DeviceAttr{}, PortAttr{}, fmt.Errorf("roce: interface attributes: %q: %w", ifname, err)
+		return DeviceAttr{}, PortAttr{}, fmt.Errorf("roce: interface attributes: netlink: %w", err)
 	}
-	a := l.Attrs()
-	var hw [6]byte
-	copy(hw[:], a.HardwareAddr)
+	defer h.Close()
+	info, err := interfaceInfo(h, ifname)
+	if err != nil {
+		return DeviceAttr{}, PortAttr{}, fmt.Errorf("roce: interface attributes: %w", err)
+	}
+	hw := deviceMAC(nil, info.hw, info.addrs) // as Open makes it
 	speed := 0
 	if fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err == nil {
 		speed = ethtoolSpeed(fd, ifname)
 		unix.Close(fd)
 	}
-	pmtu := wire.PathMTU(min(a.MTU, udp.MaxAutoMTU))
-	return deviceAttr(hw, &o), portAttr(linkUp(a), pmtu, speed), nil
+	pmtu := wire.PathMTU(min(info.mtu, udp.MaxAutoMTU))
+	return deviceAttr(hw, &o), portAttr(info.up, pmtu, speed), nil
 }
 
 // linkUp is rxe's port state: the interface is up and has carrier.

@@ -341,14 +341,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		pmtu:    wire.PathMTU(props.MTU),
 		capw:    capw,
 	}
-	switch {
-	case len(props.HWAddr) == 6:
-		copy(d.hw[:], props.HWAddr)
-	case len(o.HWAddr) == 6:
-		copy(d.hw[:], o.HWAddr)
-	default:
-		d.hw = syntheticMAC(o.Addrs)
-	}
+	d.hw = deviceMAC(props.HWAddr, o.HWAddr, o.Addrs)
 	d.port.gids = buildGIDTable(d.hw, o.Addrs)
 	d.port.up = true
 	d.events.init()
@@ -361,6 +354,18 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		return nil, fmt.Errorf("new device: %w", err)
 	}
 	return d, nil
+}
+
+// deviceMAC is a device's MAC address: the link's, else the one given in
+// Options.HWAddr, else one made from its first address (syntheticMAC).
+func deviceMAC(linkHW, optHW net.HardwareAddr, addrs []netip.Addr) [6]byte {
+	switch {
+	case len(linkHW) == 6:
+		return [6]byte(linkHW)
+	case len(optHW) == 6:
+		return [6]byte(optHW)
+	}
+	return syntheticMAC(addrs)
 }
 
 // syntheticMAC makes a locally administered unicast MAC from the first

@@ -48,9 +48,21 @@ JSON FORMAT
   "index", "mtu", "path_mtu", "mac", "up", "loopback", "addresses": [CIDR...],
   "gids": [{"index", "gid"}], "queues", "driver", "xdp_attached_prog",
   "af_xdp": {"available", "reason", "holder": {"pid", "command",
-  "holds"}}, "native_xdp": {"available", "reason"}}]} (holder only when
-  another process holds the interface, pid 0 when it is not visible to
-  this one). Field names are stable within schema 1.
+  "holds"}}, "native_xdp": {"available", "reason"}, "device": {...},
+  "port": {...}}]} (holder only when another process holds the interface,
+  pid 0 when it is not visible to this one). "device" and "port" are what
+  a device opened there with the default options reports (roce's
+  Device.Query and QueryPort), named as ibv_devinfo -v names them:
+  device {"fw_ver", "node_guid", "sys_image_guid", "vendor_id",
+  "vendor_part_id", "hw_ver", "max_mr_size", "page_size_cap", "max_qp",
+  "max_qp_wr", "max_sge", "max_sge_rd", "max_inline_data", "max_cq",
+  "max_cqe", "max_mr", "max_pd", "max_qp_rd_atom", "max_qp_init_rd_atom",
+  "max_res_rd_atom", "atomic_cap", "max_srq", "max_srq_wr", "max_srq_sge",
+  "max_pkeys", "phys_port_cnt"}, port {"state", "phys_state", "max_mtu",
+  "active_mtu" (bytes), "gid_tbl_len", "max_msg_sz", "pkey_tbl_len",
+  "link_layer", "active_width", "active_speed", "speed_mbps" (ethtool's;
+  0 unknown, which counts as 1X SDR as in rxe)}. Field names are stable
+  within schema 1.
 
 EXAMPLES
   xdproce info
@@ -94,6 +106,8 @@ type ifaceInfo struct {
 	XDPProg    uint32     `json:"xdp_attached_prog,omitempty"`
 	AFXDP      verdict    `json:"af_xdp"`
 	NativeXDP  verdict    `json:"native_xdp"`
+	Device     *devAttr   `json:"device,omitempty"`
+	Port       *portAttr  `json:"port,omitempty"`
 	addrPrefix []netip.Prefix
 }
 
@@ -182,6 +196,9 @@ func describeIface(ifi net.Interface, rep *infoReport) *ifaceInfo {
 	copy(mac[:], ifi.HardwareAddr)
 	for i, g := range gidTable(mac, addrs) {
 		in.GIDs = append(in.GIDs, gidEntry{Index: i, GID: g.String()})
+	}
+	if da, pa, err := roce.InterfaceAttr(ifi.Name, nil); err == nil {
+		in.Device, in.Port = newDevAttr(da), newPortAttr(pa)
 	}
 	if n, err := xsk.QueueCount(ifi.Name); err == nil {
 		in.Queues = n
@@ -293,6 +310,7 @@ func printInfo(w io.Writer, rep *infoReport) {
 		}
 		fmt.Fprintf(w, "  AF_XDP: %s\n", yesNo(in.AFXDP))
 		fmt.Fprintf(w, "  native XDP: %s\n", yesNo(in.NativeXDP))
+		printAttrs(w, in)
 		fmt.Fprintln(w, "  GID table (RoCEv2):")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, g := range in.GIDs {
