@@ -24,7 +24,9 @@ const (
 	// (IBA 11.6.3: the application may move it to RTS without waiting for
 	// the connection manager's RTU). A queue pair already in RTS when its
 	// first packet comes raises none; one reset and brought to RTR again
-	// raises it again.
+	// raises it again once the engine has run it below RTR in between (a
+	// RESET→…→RTR burst of Modify calls it applies at once does not re-arm
+	// it).
 	EventCommEstablished AsyncEventType = 4 // IBV_EVENT_COMM_EST
 	// EventPortActive: the port became active (the interface is up and
 	// has carrier).
