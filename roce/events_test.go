@@ -189,3 +189,30 @@ func TestAsyncEventsOverflow(t *testing.T) {
 		t.Fatalf("GetAsyncEvent after close: %v", err)
 	}
 }
+
+// TestAsyncEventRaiseAllocs: raising an event, queued or dropped on a full
+// queue, allocates nothing (the engine raises them).
+func TestAsyncEventRaiseAllocs(t *testing.T) {
+	la, _, err := pipe.New(pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := roce.NewDevice(la, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ev := roce.AsyncEvent{Type: roce.EventQPFatal, QPN: 0x11}
+	if a := testing.AllocsPerRun(roce.AsyncEventQueueLen/2, func() { d.Raise(ev) }); a != 0 {
+		t.Errorf("%v allocations per queued event", a)
+	}
+	for range roce.AsyncEventQueueLen {
+		d.Raise(ev)
+	}
+	if a := testing.AllocsPerRun(100, func() { d.Raise(ev) }); a != 0 {
+		t.Errorf("%v allocations per dropped event", a)
+	}
+	if d.AsyncEventsDropped() == 0 {
+		t.Error("a full queue dropped nothing")
+	}
+}

@@ -1,6 +1,7 @@
 // Command devinfo opens a RoCE device on a network interface and prints what
 // ibv_devinfo -v would: the link chosen (AF_XDP or kernel UDP, and why), the
-// path MTU and the GID table in rxe's order.
+// device's and port's attributes (Device.Query, QueryPort) and the GID table
+// in rxe's order.
 //
 //	go run ./examples/devinfo -dev eth1 [-link auto|xsk|udp]
 //
@@ -35,6 +36,19 @@ func main() {
 	defer d.Close()
 	fmt.Printf("device %s\n  link:     %s (%s)\n  MAC:      %v\n  path MTU: %d (link MTU %d)\n",
 		d.Name(), d.LinkName(), d.LinkReason(), d.HWAddr(), d.PathMTU().Bytes(), d.Props().MTU)
+	a := d.Query()
+	fmt.Printf("  node_guid: %016x  vendor_id: 0x%x  fw_ver: %s\n", a.NodeGUID, a.VendorID, a.FWVer)
+	fmt.Printf("  max_qp: %d  max_qp_wr: %d  max_sge: %d  max_inline_data: %d  max_mr: %d  max_cqe: %d\n",
+		a.MaxQP, a.MaxQPWR, a.MaxSGE, a.MaxInline, a.MaxMR, a.MaxCQE)
+	fmt.Printf("  max_qp_rd_atom: %d  max_qp_init_rd_atom: %d  atomic_cap: %v  max_srq: %d\n",
+		a.MaxQPRdAtom, a.MaxQPInitRdAtom, a.AtomicCap, a.MaxSRQ)
+	p, err := d.QueryPort(1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, sp := p.ActiveRate()
+	fmt.Printf("  port 1: %v  max_mtu: %d  active_mtu: %d  link_layer: %s  active: %s %s\n",
+		p.State, p.MaxMTU.Bytes(), p.ActiveMTU.Bytes(), p.LinkLayer, w, sp)
 	for i, g := range d.GIDs() {
 		fmt.Printf("  GID[%d]:   %v\n", i, g)
 	}
