@@ -259,6 +259,7 @@ type qpEntry struct {
 	ring     func()
 	failures uint32 // q.Failures() when events were last raised (qpEvents)
 	commEst  bool   // communication established seen, or RTR passed (qpEvents)
+	resets   uint32 // q.Resets() when commEst was last re-armed (qpEvents)
 }
 
 type statCounters struct {

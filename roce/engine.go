@@ -250,7 +250,7 @@ func (e *engine) input(frame []byte, now int64) {
 	e.delivered++
 	e.schedule(q)
 	q.q.Receive(p, now, &e.tx)
-	if !q.commEst {
+	if !q.commEst || q.q.Resets() != q.resets {
 		e.qpEvents(q, true)
 	}
 }

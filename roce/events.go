@@ -24,9 +24,7 @@ const (
 	// (IBA 11.6.3: the application may move it to RTS without waiting for
 	// the connection manager's RTU). A queue pair already in RTS when its
 	// first packet comes raises none; one reset and brought to RTR again
-	// raises it again once the engine has run it below RTR in between (a
-	// RESET→…→RTR burst of Modify calls it applies at once does not re-arm
-	// it).
+	// raises it again.
 	EventCommEstablished AsyncEventType = 4 // IBV_EVENT_COMM_EST
 	// EventPortActive: the port became active (the interface is up and
 	// has carrier).
@@ -146,9 +144,13 @@ func (e *engine) qpEvents(q *qpEntry, received bool) {
 		q.failures = f
 		e.d.events.raise(AsyncEvent{Type: EventQPFatal, QPN: q.qpn})
 	}
+	if r := q.q.Resets(); r != q.resets {
+		q.resets = r
+		q.commEst = false // reset since: armed again
+	}
 	switch {
 	case st < qp.RTR:
-		q.commEst = false // reset: armed again
+		q.commEst = false // not connected yet: armed
 	case q.commEst:
 	case st == qp.RTR && received:
 		q.commEst = true

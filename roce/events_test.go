@@ -90,7 +90,35 @@ func TestAsyncCommEstablished(t *testing.T) {
 	p, _, _ := newPipeDevices(t, pipe.Config{})
 	x := newSide(t, p.a, roce.RC, connCfg{bufSize: 4096}, 0x100)
 	y := newSide(t, p.b, roce.RC, connCfg{bufSize: 4096}, 0x200)
-	// y up to RTR only, as a passive side before the CM's RTU.
+	firstSend(t, p, x, y)
+	// More packets, and RTS, raise nothing more; neither does the requester.
+	if err := y.qp.PostRecv(roce.RecvWR{ID: 3, SGL: []roce.SGE{y.sge(0, 256)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.PostSend(roce.SendWR{ID: 4, Opcode: roce.WRSend, Flags: roce.Signaled, SGL: []roce.SGE{x.sge(0, 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitWC(t, y.rcq)
+	waitWC(t, x.scq)
+	noEvent(t, p.b, 20*time.Millisecond)
+	noEvent(t, p.a, time.Millisecond)
+
+	// Both reset and connected again (y's RESET→INIT→RTR in one burst):
+	// the first packet raises COMM_EST again.
+	for _, s := range []*side{x, y} {
+		if err := s.qp.Modify(&roce.Attr{State: roce.StateReset}, roce.AttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x.psn, y.psn = 0x300, 0x400
+	firstSend(t, p, x, y)
+	noEvent(t, p.a, time.Millisecond)
+}
+
+// firstSend takes y to RTR only (a passive side before the CM's RTU) and x
+// to RTS, sends one SEND from x and checks that y raises COMM_EST, alone.
+func firstSend(t *testing.T, p *devPair, x, y *side) {
+	t.Helper()
 	if err := y.qp.Modify(&roce.Attr{State: roce.StateInit, Access: roce.LocalWrite | roce.RemoteWrite}, roce.AttrState|roce.AttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
@@ -124,17 +152,6 @@ func TestAsyncCommEstablished(t *testing.T) {
 	if wc := waitWC(t, x.scq); wc.Status != roce.WCSuccess {
 		t.Fatalf("send: %v", wc.Status)
 	}
-	// More packets, and RTS, raise nothing more; neither does the requester.
-	if err := y.qp.PostRecv(roce.RecvWR{ID: 3, SGL: []roce.SGE{y.sge(0, 256)}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.qp.PostSend(roce.SendWR{ID: 4, Opcode: roce.WRSend, Flags: roce.Signaled, SGL: []roce.SGE{x.sge(0, 100)}}); err != nil {
-		t.Fatal(err)
-	}
-	waitWC(t, y.rcq)
-	waitWC(t, x.scq)
-	noEvent(t, p.b, 20*time.Millisecond)
-	noEvent(t, p.a, time.Millisecond)
 }
 
 // TestAsyncEventsOverflow: a full queue drops and counts, and Close closes

@@ -28,6 +28,7 @@ type engine struct {
 	// errPending: a final NAK must go out before the QP falls silent.
 	finalNAK bool
 	failures uint32 // fail calls (Failures)
+	resets   uint32 // resetEngines calls (Resets)
 }
 
 // Counter indexes the counters of Stats.
@@ -327,6 +328,7 @@ func (q *QP) resetEngines(sqMark, rqMark uint32) {
 	q.rqDone.Store(rqMark)
 	q.e.state = Reset
 	q.e.finalNAK = false
+	q.e.resets++
 	q.initEngines()
 }
 

@@ -11,3 +11,8 @@ func (q *QP) EngineState() State { return q.e.state }
 // not because Modify asked. Only the progress goroutine may call it; the
 // device raises a QP-fatal asynchronous event when it grows.
 func (q *QP) Failures() uint32 { return q.e.failures }
+
+// Resets counts the times the engine applied a reset (Modify to RESET). Only
+// the progress goroutine may call it; the device re-arms its
+// communication-established event when it grows.
+func (q *QP) Resets() uint32 { return q.e.resets }
