@@ -34,10 +34,12 @@ const (
 	// CapOverwrite: the server honours a client's request to replace an existing file (and
 	// refuses it unless configured to allow it).
 	CapOverwrite = "overwrite"
+	// CapOOO: OOO mode (docs/ooo.md): the side runs OOO queue pairs for a client that asks.
+	CapOOO = "ooo"
 )
 
 // Capabilities lists what this side offers in its hello.
-var Capabilities = []string{CapPSK, CapOverwrite}
+var Capabilities = []string{CapPSK, CapOverwrite, CapOOO}
 
 // How a server authenticates its clients, as its hello says.
 const (

@@ -51,8 +51,14 @@ type BenchParams struct {
 	Seconds int `json:"seconds,omitempty"`
 	// Calibrate marks one of the runs by which the client measures the rate for Seconds.
 	Calibrate bool `json:"calibrate,omitempty"`
+	// Mode is ModeRC or ModeOOO (bench write --mode ooo, negotiate_ooo.go). Every side that
+	// knows the modes sends one; a peer from before them sends none, and answers none.
+	Mode string `json:"mode,omitempty"`
+	// Paths is the UDP source ports an OOO run spreads its packets over (bench --paths).
+	Paths int `json:"paths,omitempty"`
 	// Set lists the values given explicitly on this side's command line ("size", "iters",
-	// "qps", "srq", "ud", "sweep", "seconds"); the others are defaults. Op is always explicit.
+	// "qps", "srq", "ud", "sweep", "seconds", "mode", "paths"); the others are defaults. Op is
+	// always explicit.
 	Set []string `json:"set,omitempty"`
 }
 
@@ -193,6 +199,9 @@ func (n *Negotiation) askServer(ctx context.Context, conn net.Conn, hello []byte
 	if p.Op != n.Local.Op || p.Size <= 0 || p.Iters <= 0 || p.QPs <= 0 {
 		return fmt.Errorf("cm: bench parameters from the server: %w: %+v", ErrProtocol, p)
 	}
+	if err := n.checkMode(p); err != nil {
+		return err
+	}
 	return &AgreedError{Params: p}
 }
 
@@ -202,6 +211,11 @@ func (n *Negotiation) bound(ctx context.Context, conn net.Conn) (context.Context
 	if to <= 0 {
 		to = 10 * time.Second
 	}
+	return boundConn(ctx, conn, to)
+}
+
+// boundConn bounds ctx and conn by to; ctx's end ends conn's reads and writes too.
+func boundConn(ctx context.Context, conn net.Conn, to time.Duration) (context.Context, func()) {
 	ctx, cancel := context.WithTimeout(ctx, to)
 	conn.SetDeadline(time.Now().Add(to))
 	stop := watchContext(ctx, conn)
@@ -246,12 +260,16 @@ func (n *Negotiation) resolve(client BenchParams) (BenchParams, error) {
 	out.Sweep = pick("sweep", client.Sweep, srv.Sweep).(bool)
 	out.Seconds = pick("seconds", client.Seconds, srv.Seconds).(int)
 	out.Calibrate = client.Calibrate
+	if err := resolveMode(&out, client, srv, pick); err != nil {
+		return BenchParams{}, err
+	}
 	if out.Seconds > 0 && srv.isSet("iters") {
 		diffs = append(diffs, "a duration (-D) and this server's --iters")
 	}
 	if out.Sweep && (client.isSet("size") || srv.isSet("size")) {
 		diffs = append(diffs, "a size sweep (-a) and a size (--size) on the other side")
 	}
+	diffs = append(diffs, oooLimits(out)...)
 	if len(diffs) > 0 {
 		return BenchParams{}, fmt.Errorf("%w: %s", ErrParamMismatch, strings.Join(diffs, "; "))
 	}

@@ -108,6 +108,9 @@ type benchResult struct {
 	Seconds float64 `json:"seconds"`
 	BW      float64 `json:"bw_avg_gbps"`
 	Rate    float64 `json:"msg_rate_mpps"`
+	Mode    string  `json:"mode,omitempty"`    // "ooo" for --mode ooo (RC otherwise)
+	Paths   int     `json:"paths,omitempty"`   // --mode ooo: UDP source ports
+	Retries int     `json:"retries,omitempty"` // --mode ooo: WRITEs reissued after a timeout
 	P50     float64 `json:"lat_p50_us,omitempty"`
 	P99     float64 `json:"lat_p99_us,omitempty"`
 	Link    string  `json:"link"`
@@ -141,6 +144,8 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	atomicType := fs.String("atomic-type", "", "atomic operation by perftest's -A `name`: FETCH_AND_ADD or CMP_AND_SWAP (instead of --atomic-op)")
 	perftest := fs.Bool("perftest", false, "print perftest's output (addresses, its result table) instead of xdproce's table; one queue pair")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long the client retries the connection")
+	mode := fs.String("mode", cm.ModeRC, "queue pairs: rc, or ooo (out-of-order RDMA over datagrams, docs/ooo.md; write only, xdproce at both ends)")
+	paths := fs.Int("paths", 1, "--mode ooo: spread each WRITE's packets over `N` UDP source ports (1 to 64)")
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce bench"
 		if len(args) < 1 || len(args) > 2 {
@@ -220,6 +225,9 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if *gbits && !*perftest {
 			return usageErrorf(cmd, "--report_gbits is for --perftest's table (xdproce's table is in Gb/s already)")
 		}
+		if err := checkBenchMode(cmd, *mode, *paths, args[0], set, *qps, *sweep, *seconds, *perftest); err != nil {
+			return err
+		}
 		if *port <= 0 || *port > 65535 {
 			return usageErrorf(cmd, "--port %d", *port)
 		}
@@ -245,7 +253,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		defer stopMetrics()
 		b := &bench{env: env, dev: dev.Device, test: test, name: args[0], size: n, iters: it, qps: *qps, op: op, set: set,
-			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU()}
+			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths}
 		if *mtu != 0 {
 			if m := roce.MTUFromBytes(*mtu); m < b.mtu {
 				b.mtu = m
@@ -288,7 +296,32 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 
 // benchParamFlags maps the flags of the parameters two xdproce ends agree
 // on to the parameters' names.
-var benchParamFlags = map[string]string{"size": "size", "s": "size", "iters": "iters", "n": "iters", "qps": "qps", "q": "qps", "a": "sweep", "D": "seconds"}
+var benchParamFlags = map[string]string{"size": "size", "s": "size", "iters": "iters", "n": "iters", "qps": "qps", "q": "qps", "a": "sweep", "D": "seconds",
+	"mode": "mode", "paths": "paths"}
+
+// checkBenchMode checks --mode and --paths: OOO mode runs write, one queue
+// pair, one size, by iterations, in xdproce's table.
+func checkBenchMode(cmd, mode string, paths int, test string, set []string, qps int, sweep bool, seconds int, perftest bool) error {
+	switch {
+	case mode != cm.ModeRC && mode != cm.ModeOOO:
+		return usageErrorf(cmd, "--mode %q: want rc or ooo", mode)
+	case paths < 1 || paths > roce.MaxOOOPaths:
+		return usageErrorf(cmd, "--paths %d: want 1 to %d", paths, roce.MaxOOOPaths)
+	case mode != cm.ModeOOO && slices.Contains(set, "paths"):
+		return usageErrorf(cmd, "--paths is for --mode ooo")
+	case mode != cm.ModeOOO:
+		return nil
+	case test != "write":
+		return usageErrorf(cmd, "--mode ooo: %s is not built yet (write is)", test)
+	case qps != 1:
+		return usageErrorf(cmd, "--mode ooo runs one queue pair (--qps %d)", qps)
+	case sweep, seconds != 0:
+		return usageErrorf(cmd, "--mode ooo runs one size by iterations (not -a or -D)")
+	case perftest:
+		return usageErrorf(cmd, "--mode ooo has no perftest tool: xdproce's table (or --json) only")
+	}
+	return nil
+}
 
 // benchAtomicOp is the atomic operation --atomic-op and --atomic-type choose.
 func benchAtomicOp(fs *flag.FlagSet, cmd string, test cm.PerftestTest, atomicOp, atomicType string) (toolpeer.AtomicOp, error) {

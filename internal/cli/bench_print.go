@@ -53,7 +53,11 @@ func printBench(env *Env, rs []benchResult) {
 	line := strings.Repeat("-", 92)
 	r := rs[0]
 	fmt.Fprintln(env.Stdout, line)
-	fmt.Fprintf(env.Stdout, "  xdproce bench %s (%s), %d queue pair(s), %s, path MTU %d\n", r.Test, r.Role, r.QPs, r.Link, r.PathMTU)
+	mode := ""
+	if r.Mode == cm.ModeOOO {
+		mode = fmt.Sprintf(", OOO mode over %d path(s), %d reissued", r.Paths, r.Retries)
+	}
+	fmt.Fprintf(env.Stdout, "  xdproce bench %s (%s), %d queue pair(s), %s, path MTU %d%s\n", r.Test, r.Role, r.QPs, r.Link, r.PathMTU, mode)
 	fmt.Fprintln(env.Stdout, line)
 	fmt.Fprintf(env.Stdout, " %-10s %-13s %-20s %-15s %-15s %-15s\n", "#bytes", "#iterations", "BW average[Gb/sec]", "MsgRate[Mpps]", "p50[usec]", "p99[usec]")
 	for _, r := range rs {

@@ -35,6 +35,9 @@ type bench struct {
 	// results are the queue pairs' results of the last run.
 	results    []toolpeer.PerftestResult
 	budgetBase time.Duration // the fixed part of a run's budget (0: budgetBase)
+	mode       string        // cm.ModeRC or cm.ModeOOO (bench_ooo.go)
+	paths      int           // --paths: UDP source ports of an OOO run
+	oooMTU     roce.MTU      // the OOO queue pair's path MTU
 }
 
 // perftestCycleMax is the largest cycle buffer (page size) a perftest peer is
@@ -112,7 +115,12 @@ func (b *bench) run(ctx context.Context, conn net.Conn, client bool, n *cm.Negot
 
 // params are this side's values for the agreement with an xdproce peer.
 func (b *bench) params() cm.BenchParams {
-	return cm.BenchParams{Op: b.name, Size: b.size, Iters: b.iters, QPs: b.qps, Sweep: b.sweep, Seconds: b.seconds, Calibrate: b.calibrate, Set: b.set}
+	mode := b.mode
+	if mode == "" {
+		mode = cm.ModeRC
+	}
+	return cm.BenchParams{Op: b.name, Size: b.size, Iters: b.iters, QPs: b.qps, Sweep: b.sweep, Seconds: b.seconds, Calibrate: b.calibrate,
+		Mode: mode, Paths: b.paths, Set: b.set}
 }
 
 // first runs the exchange on the first connection. Against a stock perftest
@@ -122,6 +130,9 @@ func (b *bench) params() cm.BenchParams {
 func (b *bench) first(ctx context.Context, conn net.Conn, client bool) (res toolpeer.PerftestResult, agreed bool, err error) {
 	n := &cm.Negotiation{Local: b.params(), Flags: map[string]string{"size": "--size", "iters": "--iters", "qps": "--qps"},
 		Stock: func() error {
+			if b.mode == cm.ModeOOO {
+				return fmt.Errorf("%w: the peer is not xdproce (perftest?); nothing was sent to it over RoCE", cm.ErrOOOPeer)
+			}
 			if b.seconds > 0 {
 				return fmt.Errorf("the peer is not xdproce (perftest?): -D needs xdproce at both ends (xdproce calibrates the iterations with a run of its own)")
 			}
@@ -148,7 +159,13 @@ func (b *bench) first(ctx context.Context, conn net.Conn, client bool) (res tool
 	case !p.Sweep && (p.Size != b.size || p.Iters != b.iters || p.QPs != b.qps):
 		fmt.Fprintf(b.env.Stderr, "bench %s: agreed with the xdproce peer on %d B, %d iterations, %d queue pair(s)\n", b.name, p.Size, p.Iters, p.QPs)
 	}
+	if p.Mode == cm.ModeOOO && (b.mode != cm.ModeOOO || p.Paths != b.paths) {
+		fmt.Fprintf(b.env.Stderr, "bench %s: agreed with the xdproce peer on --mode ooo, --paths %d\n", b.name, max(p.Paths, 1))
+	}
 	b.size, b.iters, b.qps, b.sweep, b.seconds, b.calibrate = p.Size, p.Iters, p.QPs, p.Sweep, p.Seconds, p.Calibrate
+	if p.Mode != "" {
+		b.mode, b.paths = p.Mode, p.Paths
+	}
 	return res, true, nil
 }
 
@@ -225,6 +242,9 @@ func (b *bench) client(ctx context.Context, host string, port int, retry time.Du
 		return b.stockResult(res, err, true)
 	}
 	dial := func() (net.Conn, error) { return dialRetry(ctx, addr, retry) }
+	if b.mode == cm.ModeOOO {
+		return b.oooRun(ctx, c, true)
+	}
 	if b.seconds > 0 {
 		return b.timedRuns(ctx, c, dial, true)
 	}
@@ -255,6 +275,9 @@ func (b *bench) serve(ctx context.Context, ln net.Listener) ([]benchResult, erro
 	if err != nil || !agreed {
 		c.Close()
 		return b.stockResult(res, err, false)
+	}
+	if b.mode == cm.ModeOOO {
+		return b.oooRun(ctx, c, false)
 	}
 	if b.seconds > 0 {
 		return b.timedRuns(ctx, c, accept, false)
