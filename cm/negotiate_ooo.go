@@ -88,8 +88,8 @@ func (n *Negotiation) checkMode(p BenchParams) error {
 	switch {
 	case n.Local.Mode == ModeOOO && p.Mode == "":
 		return fmt.Errorf("%w: the server is an xdproce from before the OOO mode (its agreement names no mode: upgrade it)", ErrOOOPeer)
-	case n.Local.Mode != "" && p.Mode == "":
-		return nil // an older server, RC as asked
+	case p.Mode == "":
+		return nil // no modes asked for, or an older server: RC as asked
 	case p.Mode != ModeRC && p.Mode != ModeOOO:
 		return fmt.Errorf("cm: bench parameters from the server: %w: mode %q", ErrProtocol, p.Mode)
 	case n.Local.Mode == "" && p.Mode == ModeOOO:
