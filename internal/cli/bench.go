@@ -16,7 +16,7 @@ import (
 
 var benchCommand = &Command{
 	Name:       "bench",
-	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--json | --perftest] [--atomic-type OP]",
+	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [--json | --perftest] [--atomic-type OP]",
 	ShortHelp:  "measure RDMA bandwidth, message rate and latency against a peer (perftest's protocol)",
 	LongHelp: `Bench runs one perftest-style test between two xdproce processes: without
 HOST it is the server (it waits for the client on --port of the --dev
@@ -48,6 +48,22 @@ connection each. Against a perftest tool nothing is agreed: give both the
 same values; every run is then bounded (30 s, and 1 ms plus the bytes at
 10 MB/s per message), so a mismatch ends in an error instead of a wait.
 
+OOO MODE
+--mode ooo (write only) runs the WRITEs on OOO queue pairs (docs/ooo.md):
+out-of-order RDMA over datagrams, each WRITE proven by its delivered
+completion; --paths N spreads each WRITE's packets over N UDP source ports
+(over AF_XDP; --link udp sends from port 4791 only). It needs xdproce at
+both ends, which agree on it (a server not given --mode takes the
+client's): against perftest, or an xdproce from before OOO mode, the side
+given --mode ooo stops with one line and nothing OOO is sent. The server
+hands its buffer's contexts, keys and rkey to the client over the same
+unauthenticated exchange as every bench test: a benchmark bound to --dev,
+one test, then exit. The client keeps 16 WRITEs in flight, reissues one
+with no delivered completion within its timeout with the next transaction
+id, checks that the server's buffer holds its bytes (SHA-256) and that the
+server sent a completion per WRITE; the table adds the reissues, --json
+"mode", "paths" and "retries". One queue pair, one size, by iterations.
+
 PERFTEST'S FLAGS
 -s, -n, -q and -p are --size, --iters, --qps and --port; -d names the
 interface (xdproce's device is the interface: same as --dev); -x the local
@@ -78,13 +94,15 @@ JSON FORMAT
   --json prints one object per line, one per run (per size with -a):
   {"schema": 1, "test", "role", "bytes",
   "iterations", "qps", "seconds", "bw_avg_gbps", "msg_rate_mpps",
-  "lat_p50_us", "lat_p99_us" (lat only), "link", "path_mtu"}.
+  "lat_p50_us", "lat_p99_us" (lat only), "mode", "paths", "retries" (--mode
+  ooo only), "link", "path_mtu"}.
 
 EXAMPLES
   sudo xdproce bench write --dev eth1                      # server
   sudo xdproce bench write --dev eth1 198.51.100.1 --size 64KiB --iters 5000
   sudo xdproce bench lat --dev eth1 198.51.100.1 --size 2 --iters 10000
   sudo xdproce bench read --dev eth1 198.51.100.1 --qps 4 --json
+  sudo xdproce bench write --dev eth1 198.51.100.1 --mode ooo --paths 4
   sudo xdproce bench write -d eth1 198.51.100.1 -a -n 1000 # perftest's flags
   sudo xdproce bench send -d eth1 198.51.100.1 -s 4096 -D 5
   ib_write_bw -d rxe0 -x 1 &  sudo xdproce bench write --dev eth1 198.51.100.1

@@ -40,6 +40,13 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "write", "--dev", "lo", "-D", "-1"}, "-D -1: want a positive number of seconds"},
 		{[]string{"bench", "write", "--dev", "lo", "-D", "5", "-a"}, "-D and -a exclude each other"},
 		{[]string{"bench", "write", "--dev", "lo", "-a", "--perftest"}, "-a prints xdproce's table"},
+		{[]string{"bench", "write", "--dev", "lo", "--mode", "uc"}, `--mode "uc": want rc or ooo`},
+		{[]string{"bench", "write", "--dev", "lo", "--paths", "4"}, "--paths is for --mode ooo"},
+		{[]string{"bench", "write", "--dev", "lo", "--mode", "ooo", "--paths", "65"}, "--paths 65: want 1 to 64"},
+		{[]string{"bench", "read", "--dev", "lo", "--mode", "ooo"}, "--mode ooo: read is not built yet"},
+		{[]string{"bench", "write", "--dev", "lo", "--mode", "ooo", "--qps", "2"}, "--mode ooo runs one queue pair"},
+		{[]string{"bench", "write", "--dev", "lo", "--mode", "ooo", "-D", "2"}, "--mode ooo runs one size by iterations"},
+		{[]string{"bench", "write", "--dev", "lo", "--mode", "ooo", "--perftest"}, "--mode ooo has no perftest tool"},
 	} {
 		oneErrorLine(t, strings.Join(tt.args, " "), runBinary(t, tt.args...), 2, tt.want)
 	}
