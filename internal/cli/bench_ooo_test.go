@@ -140,32 +140,47 @@ func TestPrivilegedBenchOOO(t *testing.T) {
 
 // TestBenchOOOStockPeer: a bench --mode ooo client whose server is a stock
 // perftest peer (its PSN is no tag) stops with one line naming the reason,
-// and its device sent no frame at all, so nothing OOO.
+// and its device sent no frame at all, so nothing OOO; so does a --mode ooo
+// server whose client is a stock peer.
 func TestBenchOOOStockPeer(t *testing.T) {
-	dev, stock := stockPair(t, 1<<16)
-	b := &bench{env: &Env{Stdout: io.Discard, Stderr: io.Discard}, dev: dev, test: cm.WriteBW, name: "write", size: 4096, iters: 10, qps: 1,
-		mode: cm.ModeOOO, paths: 4, set: []string{"mode", "paths"}, sgid: netip.MustParseAddr("198.51.100.1"), mtu: roce.MTU1024, budgetBase: 5 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		stock.Perftest(ctx, conn, false, cm.WriteBW, 4096, 10, 3, "")
-	}()
-	_, err = b.client(ctx, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port, time.Second)
 	const want = "--mode ooo needs an xdproce peer: the peer is not xdproce (perftest?)"
-	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
-		t.Fatalf("client: %v, want one line %q", err, want)
-	}
-	if st := dev.Stats(); st.TxFrames != 0 || st.OOO.CompletionsReceived != 0 {
-		t.Errorf("the client's device sent %d frames", st.TxFrames)
+	for _, client := range []bool{true, false} {
+		dev, stock := stockPair(t, 1<<16)
+		b := &bench{env: &Env{Stdout: io.Discard, Stderr: io.Discard}, dev: dev, test: cm.WriteBW, name: "write", size: 4096, iters: 10, qps: 1,
+			mode: cm.ModeOOO, paths: 4, set: []string{"mode", "paths"}, sgid: netip.MustParseAddr("198.51.100.1"), mtu: roce.MTU1024, budgetBase: 5 * time.Second}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		if client {
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				stock.Perftest(ctx, conn, false, cm.WriteBW, 4096, 10, 3, "")
+			}()
+			_, err = b.client(ctx, "127.0.0.1", ln.Addr().(*net.TCPAddr).Port, time.Second)
+			ln.Close()
+		} else {
+			errc := make(chan error, 1)
+			go func() { _, err := b.serve(ctx, ln); errc <- err }()
+			conn, derr := net.Dial("tcp", ln.Addr().String())
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			go stock.Perftest(ctx, conn, true, cm.WriteBW, 4096, 10, 3, "")
+			err = <-errc
+			conn.Close()
+		}
+		cancel()
+		if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("client %v: %v, want one line %q", client, err, want)
+		}
+		if st := dev.Stats(); st.TxFrames != 0 {
+			t.Errorf("client %v: the device sent %d frames", client, st.TxFrames)
+		}
 	}
 }
