@@ -120,6 +120,7 @@ type OOOResult struct {
 	Iters     int     `json:"iters"`     // WRITEs delivered
 	Seconds   float64 `json:"seconds"`   // from the first post to the last delivered completion
 	Retries   int     `json:"retries"`   // WRITEs reissued with a larger tid after a timeout
+	Paths     int     `json:"paths"`     // UDP source ports the WRITEs used
 	SHA256    string  `json:"sha256"`    // of the client's source buffer
 	Delivered uint64  `json:"delivered"` // completion packets that delivered a WRITE (the client's counter)
 }

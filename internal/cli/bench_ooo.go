@@ -110,6 +110,10 @@ func (b *bench) oooRun(ctx context.Context, conn net.Conn, client bool) ([]bench
 
 func (b *bench) oooRunConn(ctx context.Context, conn net.Conn, client bool) ([]benchResult, error) {
 	window := min(b.iters, oooWindow)
+	if port := b.dev.Props().SrcPort; client && b.paths > 1 && port != 0 {
+		fmt.Fprintf(b.env.Stderr, "bench %s: --paths %d: %s sends every frame from UDP port %d: one path\n", b.name, b.paths, b.dev.LinkName(), port)
+		b.paths = 1
+	}
 	s, err := b.oooSetup(conn.LocalAddr(), client, window)
 	if err != nil {
 		return nil, fmt.Errorf("ooo queue pair: %w", err)
@@ -154,7 +158,7 @@ func (b *bench) oooRunConn(ctx context.Context, conn net.Conn, client bool) ([]b
 			return nil, fmt.Errorf("cm: bench ooo: %w: the client reports %d × %d B in %v s", cm.ErrProtocol, r.Iters, r.Size, r.Seconds)
 		}
 	}
-	row := benchResult{Schema: 1, Test: b.name, Mode: cm.ModeOOO, Paths: max(b.paths, 1), Role: map[bool]string{true: "client", false: "server"}[client],
+	row := benchResult{Schema: 1, Test: b.name, Mode: cm.ModeOOO, Paths: r.Paths, Role: map[bool]string{true: "client", false: "server"}[client],
 		Bytes: b.size, Iters: b.iters, QPs: 1, Seconds: r.Seconds, Retries: r.Retries, Link: b.dev.LinkName(), PathMTU: b.oooMTU.Bytes()}
 	msgs := float64(r.Iters)
 	row.BW = msgs * float64(b.size) * 8 / r.Seconds / 1e9
@@ -173,7 +177,7 @@ type oooSlot struct {
 // oooWrites posts the WRITEs, window at once, and waits for their delivered
 // completions, reissuing one that has none within its timeout.
 func (b *bench) oooWrites(ctx context.Context, s *oooSide, remote cm.OOOPeer, window int) (cm.OOOResult, error) {
-	r := cm.OOOResult{Size: b.size}
+	r := cm.OOOResult{Size: b.size, Paths: max(b.paths, 1)}
 	// A WRITE waits for the window's bytes ahead of it at 10 MB/s, and 200 ms.
 	timeout := 200*time.Millisecond + time.Duration(float64(window*b.size)/10e6*float64(time.Second))
 	slots := make([]oooSlot, window)

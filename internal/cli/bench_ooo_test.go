@@ -112,6 +112,23 @@ func TestPrivilegedBenchOOO(t *testing.T) {
 			t.Errorf("source ports %v, want 4", ports)
 		}
 	})
+	// --link udp sends from port 4791 only: the client says so and both
+	// rows give one path.
+	t.Run("udp-one-path", func(t *testing.T) {
+		s, c := runAgreePair(t, topo, 60*time.Second, []string{"bench", "write", "--json", "--mode", "ooo"},
+			[]string{"bench", "write", "--json", "--mode", "ooo", "--paths", "4", "--size", "4096", "--iters", "50"})
+		if s.code != 0 || c.code != 0 {
+			t.Fatalf("server exit %d: %s\nclient exit %d: %s", s.code, s.stderr, c.code, c.stderr)
+		}
+		if !strings.Contains(c.stderr, "--paths 4: UDP sends every frame from UDP port 4791: one path") {
+			t.Errorf("the client does not say it uses one path: %q", c.stderr)
+		}
+		for who, r := range map[string]pairRun{"server": s, "client": c} {
+			if x := benchRow(t, who, r); x.Mode != "ooo" || x.Paths != 1 || x.Bytes != 4096 || x.Iters != 50 || x.BW <= 0 {
+				t.Errorf("%s row %+v", who, x)
+			}
+		}
+	})
 	t.Run("rc-no-vendor-opcodes", func(t *testing.T) {
 		capPath := filepath.Join(dir, "rc.pcapng")
 		s, c := runAgreePair(t, topo, 60*time.Second, []string{"bench", "write", "--link", "xsk", "--json"},
