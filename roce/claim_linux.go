@@ -68,7 +68,7 @@ func tryXSK(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 	if nl, err := netlink.LinkByIndex(info.index); err == nil && nl.Attrs().Xdp != nil && nl.Attrs().Xdp.Attached {
 		holds = fmt.Sprintf("XDP program %s (id %d)", bpf.Name, nl.Attrs().Xdp.ProgId)
 	}
-	lk.setHolds(holds)
+	lk.setHolds(holds + o.holder)
 	return l, append([]func() error{lk.close}, cleanup...), nil
 }
 

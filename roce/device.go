@@ -31,6 +31,11 @@ const (
 	LinkXSK
 	// LinkUDP uses kernel UDP sockets on port 4791 (link/udp); no privileges.
 	LinkUDP
+	// LinkDaemon attaches to the xdproce daemon serving the interface
+	// (Options.Daemon, else $XDPROCE_DAEMON, else the daemon announced for
+	// the interface): frames go through a shared-memory port (link/shm) to
+	// the daemon, which owns the interface. No privileges.
+	LinkDaemon
 )
 
 func (k LinkKind) String() string {
@@ -41,11 +46,13 @@ func (k LinkKind) String() string {
 		return "xsk"
 	case LinkUDP:
 		return "udp"
+	case LinkDaemon:
+		return "daemon"
 	}
 	return fmt.Sprintf("LinkKind(%d)", int(k))
 }
 
-// ParseLinkKind parses "auto", "xsk" (or "af_xdp") and "udp".
+// ParseLinkKind parses "auto", "xsk" (or "af_xdp"), "udp" and "daemon".
 func ParseLinkKind(s string) (LinkKind, error) {
 	switch s {
 	case "auto", "":
@@ -54,14 +61,20 @@ func ParseLinkKind(s string) (LinkKind, error) {
 		return LinkXSK, nil
 	case "udp":
 		return LinkUDP, nil
+	case "daemon":
+		return LinkDaemon, nil
 	}
-	return 0, fmt.Errorf("roce: unknown link kind %q (want auto, xsk or udp)", s)
+	return 0, fmt.Errorf("roce: unknown link kind %q (want auto, xsk, udp or daemon)", s)
 }
 
 // Options configures a Device. A nil *Options means the defaults.
 type Options struct {
 	// Link selects the link Open uses (ignored by NewDevice).
 	Link LinkKind
+	// Daemon is the unix socket of the xdproce daemon to attach to
+	// (LinkDaemon, and LinkAuto when set); "" means $XDPROCE_DAEMON, else
+	// the socket the daemon serving the interface announces.
+	Daemon string
 	// Capture, when set, receives a pcapng capture of every frame sent and
 	// received (package capture). The Device flushes it on Close and
 	// FlushCapture.
@@ -113,6 +126,12 @@ type Options struct {
 	// MaxMRs limits the memory regions registered at once (default
 	// mr.DefaultMaxMRs); RegMR beyond it fails with ErrLimit.
 	MaxMRs int
+	// qpns, when qpns[1] is not 0, is the range of QPNs the device hands
+	// out (first, last): the one an xdproce daemon gave this client.
+	qpns [2]uint32
+	// holder is appended to what the process announces it holds (the
+	// daemon adds whom it serves).
+	holder string
 	// CPUs, when not empty, pins the device's progress goroutine: it is
 	// locked to its OS thread (runtime.LockOSThread) and that thread may run
 	// only on these CPUs (sched_setaffinity). The progress goroutine does all
@@ -214,9 +233,11 @@ type Device struct {
 	// QPN → entry, two levels of 4096 so lookups need no lock.
 	qpTab [4096]atomic.Pointer[qpChunk]
 
-	mu      sync.Mutex // guards qps, retired, nextQPN, closed
-	qps     map[uint32]*qpEntry
-	retired Stats // counters of destroyed queue pairs
+	mu sync.Mutex // guards qps, retired, nextQPN, closed
+	// qpnFirst..qpnLast are the QPNs the device hands out.
+	qpnFirst, qpnLast uint32
+	qps               map[uint32]*qpEntry
+	retired           Stats // counters of destroyed queue pairs
 	// retiredQP sums the Snapshot counters of destroyed queue pairs.
 	retiredQP qpTotals
 	nextQPN   uint32
@@ -228,6 +249,7 @@ type Device struct {
 	ready    []*qpEntry
 
 	closing   atomic.Bool
+	linkLost  atomic.Bool // the engine ended because the link did (see engine.run)
 	closeOnce sync.Once
 	closeErr  error
 	done      chan struct{}
@@ -330,17 +352,22 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		})
 	}
 	d := &Device{
-		l:       l,
-		props:   props,
-		opts:    o,
-		tbl:     mr.NewTable(mr.WithMaxMRs(cmp.Or(o.MaxMRs, mr.DefaultMaxMRs))),
-		epoch:   time.Now(),
-		qps:     make(map[uint32]*qpEntry),
-		nextQPN: firstQPN,
-		done:    make(chan struct{}),
-		resolve: o.Resolve,
-		pmtu:    wire.PathMTU(props.MTU),
-		capw:    capw,
+		l:        l,
+		props:    props,
+		opts:     o,
+		tbl:      mr.NewTable(mr.WithMaxMRs(cmp.Or(o.MaxMRs, mr.DefaultMaxMRs))),
+		epoch:    time.Now(),
+		qps:      make(map[uint32]*qpEntry),
+		nextQPN:  firstQPN,
+		qpnFirst: firstQPN,
+		qpnLast:  0xFFFFFE, // 0xFFFFFF is the multicast QPN
+		done:     make(chan struct{}),
+		resolve:  o.Resolve,
+		pmtu:     wire.PathMTU(props.MTU),
+		capw:     capw,
+	}
+	if o.qpns[1] != 0 {
+		d.qpnFirst, d.qpnLast, d.nextQPN = o.qpns[0], o.qpns[1], o.qpns[0]
 	}
 	d.hw = deviceMAC(props.HWAddr, o.HWAddr, o.Addrs)
 	d.port.gids = buildGIDTable(d.hw, o.Addrs)
@@ -443,12 +470,15 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, fmt.Errorf("roce: create qp: %w", ErrClosed)
+		return nil, fmt.Errorf("roce: create qp: %w", d.closedErr())
 	}
 	n := want
 	if n != 0 {
 		if n >= 0xFFFFFF {
 			return nil, fmt.Errorf("roce: create qp: QPN %#x is not a unicast 24-bit QPN", n)
+		}
+		if d.opts.qpns[1] != 0 && (n < d.qpnFirst || n > d.qpnLast) {
+			return nil, fmt.Errorf("roce: create qp: QPN %#x is outside this device's range %#x..%#x", n, d.qpnFirst, d.qpnLast)
 		}
 		if d.qps[n] != nil {
 			return nil, fmt.Errorf("roce: create qp: QPN %#x is in use", n)
@@ -458,14 +488,15 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 		return nil, fmt.Errorf("roce: create qp: %d queue pairs (Options.MaxQPs): %w", lim, ErrLimit)
 	}
 	if n == 0 {
-		if len(d.qps) >= 1<<24-firstQPN-1 {
-			return nil, errors.New("roce: create qp: out of QPNs")
+		if len(d.qps) >= int(d.qpnLast-d.qpnFirst+1) {
+			return nil, fmt.Errorf("roce: create qp: all %d QPNs of %#x..%#x in use: %w",
+				d.qpnLast-d.qpnFirst+1, d.qpnFirst, d.qpnLast, ErrLimit)
 		}
 		for {
 			n = d.nextQPN
 			d.nextQPN++
-			if d.nextQPN >= 0xFFFFFF { // 0xFFFFFF is the multicast QPN
-				d.nextQPN = firstQPN
+			if d.nextQPN > d.qpnLast {
+				d.nextQPN = d.qpnFirst
 			}
 			if d.qps[n] == nil {
 				break
@@ -595,6 +626,24 @@ func (d *Device) Close() error {
 		d.events.close() // after cleanup, which ends the interface watcher
 	})
 	return d.closeErr
+}
+
+// ErrLinkLost is wrapped by the errors of a Device whose link ended by
+// itself (the xdproce daemon it was attached to exited); it matches
+// ErrClosed too.
+var ErrLinkLost error = linkLost{}
+
+type linkLost struct{}
+
+func (linkLost) Error() string        { return "device closed: its link is gone (xdproce daemon exited?)" }
+func (linkLost) Is(target error) bool { return target == ErrClosed }
+
+// closedErr is the error of a verb on a closed device.
+func (d *Device) closedErr() error {
+	if d.linkLost.Load() {
+		return ErrLinkLost
+	}
+	return ErrClosed
 }
 
 // discardOutput drops frames: used to let queue pairs flush after the engine

@@ -55,6 +55,15 @@ func newEngine(d *Device) *engine {
 // itself (Options.CPUs) before it does anything else.
 func (e *engine) run(started chan<- error) {
 	d := e.d
+	// A link that ends by itself (the xdproce daemon behind link/shm went
+	// away) ends the device: Close flushes the queue pairs, so waiting
+	// applications see WR_FLUSH_ERR and later verbs fail.
+	defer func() {
+		if !d.closing.Load() {
+			d.linkLost.Store(true)
+			go d.Close()
+		}
+	}()
 	defer close(d.done)
 	defer e.tx.release()
 	if len(d.opts.CPUs) > 0 {

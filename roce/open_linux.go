@@ -3,10 +3,12 @@ package roce
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/xdproce/xdproce/internal/daemon/proto"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/link/udp"
 )
@@ -33,41 +35,22 @@ func Open(ifname string, opts *Options) (*Device, error) {
 		return nil, fmt.Errorf("roce: open %s: netlink: %w", ifname, err)
 	}
 	info, err := interfaceInfo(h, ifname)
-	if err != nil {
+	if err != nil && o.Link != LinkDaemon {
 		h.Close()
 		return nil, fmt.Errorf("roce: open: %w", err)
 	}
-	var (
-		l       link.Link
-		reason  string
-		cleanup []func() error
-	)
-	switch o.Link {
-	case LinkUDP:
-		reason = "UDP requested"
-		l, cleanup, err = claimUDP(info, &o)
-	case LinkXSK:
-		reason = "AF_XDP requested"
-		l, cleanup, err = claimXSK(info, &o)
-	case LinkAuto:
-		if ok, why := Privileged(); !ok {
-			reason = "AF_XDP not tried: " + why
-		} else {
-			l, cleanup, err = claimXSK(info, &o)
-			if err == nil {
-				reason = "AF_XDP available"
-			} else {
-				reason = "AF_XDP unavailable: " + err.Error()
-			}
-		}
-		// Never UDP on an interface another process holds: it would not
-		// receive.
-		if l == nil && !errors.Is(err, ErrHeld) {
-			l, cleanup, err = claimUDP(info, &o)
-		}
-	default:
-		err = fmt.Errorf("unknown link kind %v", o.Link)
+	if err != nil {
+		info = nil // a daemon reached by its socket path from another namespace
 	}
+	if o.Link == LinkDaemon || o.Link == LinkAuto {
+		if d, ok, err := openDaemonFor(ifname, info, h, &o); ok {
+			if err != nil {
+				return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
+			}
+			return d, nil
+		}
+	}
+	l, cleanup, reason, err := claimLink(info, &o)
 	if err != nil {
 		h.Close()
 		return nil, fmt.Errorf("roce: open %s: %w", ifname, err)
@@ -77,12 +60,7 @@ func Open(ifname string, opts *Options) (*Device, error) {
 		o.HWAddr = info.hw
 	}
 	if o.Resolve == nil && len(l.Props().HWAddr) == 6 {
-		r := &neighResolver{h: h, ifindex: info.index, ifname: info.name, hw: info.hw,
-			own: map[netip.Addr]bool{}, timeout: o.NeighborTimeout}
-		for _, a := range info.addrs {
-			r.own[a] = true
-		}
-		o.Resolve = r.resolve
+		o.Resolve = newNeighResolver(h, info, o.NeighborTimeout)
 	}
 	d, err := newDevice(l, &o, ifname, reason)
 	if err != nil {
@@ -104,6 +82,69 @@ func Open(ifname string, opts *Options) (*Device, error) {
 	}
 	d.cleanup = append(d.cleanup, stop)
 	return d, nil
+}
+
+// claimLink opens the link o.Link selects on the interface: AF_XDP, UDP,
+// or for LinkAuto AF_XDP when privileged and possible, else UDP (never UDP
+// on an interface another process holds: it would not receive). reason
+// says why.
+func claimLink(info *ifaceInfo, o *Options) (l link.Link, cleanup []func() error, reason string, err error) {
+	switch o.Link {
+	case LinkUDP:
+		reason = "UDP requested"
+		l, cleanup, err = claimUDP(info, o)
+	case LinkXSK:
+		reason = "AF_XDP requested"
+		l, cleanup, err = claimXSK(info, o)
+	case LinkAuto:
+		if ok, why := Privileged(); !ok {
+			reason = "AF_XDP not tried: " + why
+		} else {
+			l, cleanup, err = claimXSK(info, o)
+			if err == nil {
+				reason = "AF_XDP available"
+			} else {
+				reason = "AF_XDP unavailable: " + err.Error()
+			}
+		}
+		if l == nil && !errors.Is(err, ErrHeld) {
+			l, cleanup, err = claimUDP(info, o)
+		}
+	default:
+		err = fmt.Errorf("unknown link kind %v", o.Link)
+	}
+	return l, cleanup, reason, err
+}
+
+// newNeighResolver looks next hops up through h, in the interface's
+// neighbour table.
+func newNeighResolver(h *netlink.Handle, info *ifaceInfo, timeout time.Duration) func(netip.Addr) (net.HardwareAddr, error) {
+	r := &neighResolver{h: h, ifindex: info.index, ifname: info.name, hw: info.hw,
+		own: map[netip.Addr]bool{}, timeout: timeout}
+	for _, a := range info.addrs {
+		r.own[a] = true
+	}
+	return r.resolve
+}
+
+// openDaemonFor attaches to the daemon for the interface when there is one
+// (Options.Daemon, $XDPROCE_DAEMON, the announced one; for LinkDaemon also
+// the default socket path). ok is false when LinkAuto found none: Open
+// goes on to open the interface itself. It owns h when ok.
+func openDaemonFor(ifname string, info *ifaceInfo, h *netlink.Handle, o *Options) (d *Device, ok bool, err error) {
+	path, why := daemonSocket(o, info)
+	if path == "" && o.Link == LinkAuto {
+		return nil, false, nil
+	}
+	if path == "" {
+		if path, err = proto.DefaultSocket(ifname); err != nil {
+			h.Close()
+			return nil, true, err
+		}
+		why = "no daemon announced for " + ifname + "; trying the default socket"
+	}
+	d, err = openDaemon(ifname, path, why, info, h, o)
+	return d, true, err
 }
 
 // openUDP opens link/udp on all addresses (dual-stack) for the interface's

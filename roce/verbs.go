@@ -19,7 +19,7 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 		return nil, fmt.Errorf("roce: create cq: depth %d out of range 1..%d", depth, MaxCQDepth)
 	}
 	if d.isClosed() {
-		return nil, fmt.Errorf("roce: create cq: %w", ErrClosed)
+		return nil, fmt.Errorf("roce: create cq: %w", d.closedErr())
 	}
 	return qp.NewCQ(depth), nil
 }

@@ -44,6 +44,7 @@ var commands = []*Command{
 	benchCommand,
 	pingpongCommand,
 	demoCommand,
+	daemonCommand,
 	versionCommand,
 }
 

@@ -56,7 +56,7 @@ func (l *linkFlag) String() string {
 func (l *linkFlag) Set(s string) error {
 	k, err := roce.ParseLinkKind(s)
 	if err != nil {
-		return fmt.Errorf("unknown link %q (want auto, xsk or udp)", s)
+		return fmt.Errorf("unknown link %q (want auto, xsk, udp or daemon)", s)
 	}
 	l.kind = k
 	return nil
@@ -101,6 +101,7 @@ func (c *cpuFlag) Set(s string) error {
 type deviceFlags struct {
 	dev     string
 	link    linkFlag
+	daemon  string
 	capture string
 	cpu     cpuFlag
 }
@@ -109,7 +110,8 @@ func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
 	if needDev {
 		fs.StringVar(&d.dev, "dev", "", "network `interface` to run RoCEv2 on (required)")
 	}
-	fs.Var(&d.link, "link", "frame `path`: auto (AF_XDP when privileged, else kernel UDP), xsk (AF_XDP only) or udp")
+	fs.Var(&d.link, "link", "frame `path`: auto (the xdproce daemon serving the interface, else AF_XDP when privileged, else kernel UDP), xsk (AF_XDP only), udp or daemon")
+	fs.StringVar(&d.daemon, "daemon", "", "attach to the xdproce daemon listening on `PATH` (default $XDPROCE_DAEMON, else the one serving --dev)")
 	fs.StringVar(&d.capture, "capture", "", "write every RoCE frame sent and received to `FILE` (pcapng; read it with 'xdproce dump' or Wireshark)")
 	fs.Var(&d.cpu, "cpu", "pin the device's progress thread to the CPUs in `LIST` (e.g. 3 or 2-3): a CPU of its own speeds up transfers; default: unpinned")
 }
@@ -130,11 +132,15 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 	if d.dev == "" {
 		return nil, usageErrorf(cmd, "--dev IF is required")
 	}
-	if _, err := net.InterfaceByName(d.dev); err != nil {
+	viaDaemon := d.daemon != "" || d.link.kind == roce.LinkDaemon
+	if _, err := net.InterfaceByName(d.dev); err != nil && !viaDaemon {
 		return nil, fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", d.dev)
 	}
 	out := &device{}
-	o := &roce.Options{Link: d.link.kind, CPUs: d.cpu.cpus}
+	o := &roce.Options{Link: d.link.kind, Daemon: d.daemon, CPUs: d.cpu.cpus}
+	if d.daemon != "" && d.link.kind == roce.LinkAuto {
+		o.Link = roce.LinkDaemon
+	}
 	if d.capture != "" {
 		f, err := os.Create(d.capture)
 		if err != nil {

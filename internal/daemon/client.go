@@ -1,0 +1,256 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/internal/daemon/proto"
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/shm"
+)
+
+// handshakeTimeout bounds a client's hello.
+const handshakeTimeout = 3 * time.Second
+
+// rxBatch is the number of frames read from a port or the uplink at once.
+const rxBatch = 64
+
+// A client is one attached process.
+type client struct {
+	d             *Daemon
+	id            int
+	pid, uid, gid int32
+	cmd           string
+	conn          *net.UnixConn
+	port          *shm.Link
+	block         int
+	first, last   uint32
+	since         time.Time
+	endOnce       sync.Once
+	done          chan struct{}
+	fromClient    atomic.Uint64 // frames read from the client
+	toClient      atomic.Uint64 // frames delivered to it
+	dropForeign   atomic.Uint64 // its UD frames naming a source QPN not its own
+	dropBadSource atomic.Uint64 // its frames from an address not the interface's
+	dropMalformed atomic.Uint64 // its frames that are not RoCEv2
+	overflow      atomic.Uint64 // frames for it dropped: its port was full
+	snap          [snapLen]byte // private copy of the header being steered (client goroutine)
+	rx            [rxBatch][]byte
+	hdr           header
+	txMu          sync.Mutex // guards the port's sending side (Alloc, Send, Free) and txb
+	txb           [1][]byte
+}
+
+// accept takes clients until the listener closes.
+func (d *Daemon) accept() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				d.log.Error("accept", "err", err)
+			}
+			return
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.admit(c)
+		}()
+	}
+}
+
+// admit runs the handshake with a new connection: peer credentials, hello,
+// limits, QPN block, port. On success the client is served until it goes.
+func (d *Daemon) admit(conn *net.UnixConn) {
+	c := &client{d: d, conn: conn, since: time.Now(), done: make(chan struct{})}
+	if raw, err := conn.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) {
+			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+				c.pid, c.uid, c.gid = cred.Pid, int32(cred.Uid), int32(cred.Gid)
+			}
+		})
+	}
+	refuse := func(why string, args ...any) {
+		d.log.Warn("client refused", append([]any{"pid", c.pid, "uid", c.uid, "why", why}, args...)...)
+		proto.Write(conn, &proto.Welcome{Version: proto.Version, Error: why})
+		conn.Close()
+	}
+	conn.SetDeadline(time.Now().Add(handshakeTimeout))
+	var h proto.Hello
+	if err := proto.Read(conn, &h); err != nil {
+		refuse("bad hello: " + err.Error())
+		return
+	}
+	if h.Version != proto.Version {
+		refuse(fmt.Sprintf("client speaks version %d, daemon %d", h.Version, proto.Version))
+		return
+	}
+	c.cmd = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, h.Command)
+	if len(c.cmd) > 120 {
+		c.cmd = c.cmd[:120]
+	}
+	d.mu.Lock()
+	switch {
+	case d.closed:
+		d.mu.Unlock()
+		refuse("daemon closing")
+		return
+	case len(d.clients) >= d.cfg.MaxClients:
+		d.mu.Unlock()
+		refuse(fmt.Sprintf("daemon serves its limit of %d clients", d.cfg.MaxClients))
+		return
+	case !d.takeBlock(c):
+		d.mu.Unlock()
+		refuse("no free QPN range")
+		return
+	}
+	c.id = d.nextID
+	d.nextID++
+	d.clients[c.id] = c
+	d.mu.Unlock()
+	if err := d.givePort(c); err != nil {
+		d.release(c)
+		refuse("port: " + err.Error())
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	d.log.Info("client attached", "client", c.id, "pid", c.pid, "uid", c.uid, "gid", c.gid, "command", c.cmd,
+		"qpns", fmt.Sprintf("%#x..%#x", c.first, c.last))
+	go c.watch()
+	c.serve()
+}
+
+// givePort makes c's port, welcomes the client and passes it the port.
+func (d *Daemon) givePort(c *client) error {
+	props := d.up.Link.Props()
+	port, fds, err := shm.NewPort(shm.Config{MTU: props.MTU, Ring: d.cfg.Ring})
+	if err != nil {
+		return err
+	}
+	w := &proto.Welcome{Version: proto.Version, Client: c.id, Interface: d.up.Name, MTU: props.MTU,
+		Link: props.Name, SrcPort: props.SrcPort, Synthetic: props.SyntheticHeaders,
+		QPNFirst: c.first, QPNLast: c.last, MaxMRs: d.cfg.MaxMRs}
+	if len(d.up.HWAddr) == 6 {
+		w.HWAddr = d.up.HWAddr.String()
+	}
+	for _, a := range d.up.Addrs {
+		w.Addrs = append(w.Addrs, a.String())
+	}
+	if err := proto.Write(c.conn, w); err != nil {
+		fds.Close()
+		port.Close()
+		return err
+	}
+	if err := shm.SendPort(c.conn, fds); err != nil {
+		port.Close()
+		return err
+	}
+	c.port = port
+	return nil
+}
+
+// watch ends the client when its connection closes (the process exited
+// or gave up the device); nothing else is read from it yet.
+func (c *client) watch() {
+	var b [64]byte
+	for {
+		if _, err := c.conn.Read(b[:]); err != nil {
+			c.end()
+			return
+		}
+	}
+}
+
+// end closes the client's port, which ends serve.
+func (c *client) end() {
+	c.endOnce.Do(func() {
+		c.conn.Close()
+		if c.port != nil {
+			c.port.Close()
+		}
+	})
+}
+
+// serve reads the client's frames and steers them until the port ends.
+func (c *client) serve() {
+	d := c.d
+	defer d.release(c)
+	rx := c.rx[:]
+	for {
+		n, err := c.port.Receive(rx)
+		if err != nil {
+			break
+		}
+		for i := range n {
+			d.fromClient(c, rx[i])
+		}
+		if n == len(rx) {
+			continue
+		}
+		if err := c.port.Wait(-1); err != nil {
+			if !errors.Is(err, link.ErrClosed) {
+				d.log.Warn("client port", "client", c.id, "err", err)
+			}
+			break
+		}
+	}
+}
+
+// release forgets c: its QPN block becomes free, its port and connection
+// close.
+func (d *Daemon) release(c *client) {
+	c.end()
+	d.mu.Lock()
+	if d.clients[c.id] == c {
+		delete(d.clients, c.id)
+	}
+	if d.owners[c.block].Load() == c {
+		d.owners[c.block].Store(nil)
+	}
+	d.mu.Unlock()
+	// A steering goroutine that loaded c before the store may still call
+	// deliver: the port is closed by then and takes nothing.
+	if c.port != nil {
+		d.log.Info("client detached", "client", c.id, "pid", c.pid, "frames_from", c.fromClient.Load(),
+			"frames_to", c.toClient.Load(), "foreign_qpn", c.dropForeign.Load(), "bad_source", c.dropBadSource.Load(),
+			"malformed", c.dropMalformed.Load(), "overflow", c.overflow.Load())
+	}
+	close(c.done)
+}
+
+// deliver copies frame into c's port; hdr, when not nil, replaces the
+// frame's first len(hdr) bytes (the private copy its header was read from).
+func (c *client) deliver(frame, hdr []byte) {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	if c.port.Alloc(c.txb[:]) == 0 {
+		c.overflow.Add(1)
+		return
+	}
+	if len(frame) > len(c.txb[0]) {
+		c.port.Free(c.txb[:])
+		c.overflow.Add(1)
+		return
+	}
+	b := c.txb[0][:len(frame)]
+	copy(b, frame)
+	copy(b, hdr)
+	c.txb[0] = b
+	if err := c.port.Send(c.txb[:]); err == nil {
+		c.toClient.Add(1)
+	}
+	c.txb[0] = nil
+}

@@ -1,0 +1,147 @@
+// Package proto is the conversation between the xdproce daemon and its
+// clients on the daemon's unix socket (SOCK_SEQPACKET, one message per
+// packet): the client sends a Hello (JSON), the daemon answers a Welcome
+// (JSON) and, when it accepted the client, a second message carrying the
+// client's link/shm port (shm.SendPort). The connection then stays open
+// for the client's life; either side closing it ends the client.
+package proto
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xdproce/xdproce/link/shm"
+)
+
+// Version is the version of the conversation.
+const Version = 1
+
+// maxMessage bounds one JSON message.
+const maxMessage = 64 << 10
+
+// Hello is the client's first message.
+type Hello struct {
+	Version int    `json:"version"`
+	Command string `json:"command"` // what the client runs, for the daemon's log
+}
+
+// Welcome is the daemon's answer. Error is set when the client is refused;
+// nothing else is then.
+type Welcome struct {
+	Version   int      `json:"version"`
+	Error     string   `json:"error,omitempty"`
+	Client    int      `json:"client"`    // the daemon's number for this client
+	Interface string   `json:"interface"` // the interface the daemon serves
+	HWAddr    string   `json:"hwaddr"`    // its MAC address
+	Addrs     []string `json:"addrs"`     // its IP addresses (the GIDs' source)
+	MTU       int      `json:"mtu"`       // the L3 MTU of the daemon's link and of the port
+	Link      string   `json:"link"`      // what carries the frames on the wire: "AF_XDP (native)", "UDP"
+	SrcPort   uint16   `json:"src_port"`  // link.Props.SrcPort of the daemon's link
+	Synthetic bool     `json:"synthetic"` // link.Props.SyntheticHeaders of the daemon's link
+	QPNFirst  uint32   `json:"qpn_first"` // the client's QPNs: QPNFirst..QPNLast
+	QPNLast   uint32   `json:"qpn_last"`
+	MaxMRs    int      `json:"max_mrs"` // the client's limit on memory regions (0: the default)
+}
+
+// Write sends v as one JSON message.
+func Write(c *net.UnixConn, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(b)
+	return err
+}
+
+// Read reads one JSON message into v.
+func Read(c *net.UnixConn, v any) error {
+	buf := make([]byte, maxMessage)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		return fmt.Errorf("malformed message: %w", err)
+	}
+	return nil
+}
+
+// Dial connects to the daemon at path, says hello and returns the
+// connection (to keep open while the port is in use), the daemon's welcome
+// and the client's end of the port. The handshake is bounded by timeout.
+func Dial(path, command string, timeout time.Duration) (*net.UnixConn, *Welcome, *shm.Link, error) {
+	c, err := net.DialTimeout("unixpacket", path, timeout)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	uc := c.(*net.UnixConn)
+	l, w, err := handshake(uc, command, timeout)
+	if err != nil {
+		uc.Close()
+		return nil, nil, nil, err
+	}
+	return uc, w, l, nil
+}
+
+func handshake(c *net.UnixConn, command string, timeout time.Duration) (*shm.Link, *Welcome, error) {
+	c.SetDeadline(time.Now().Add(timeout))
+	defer c.SetDeadline(time.Time{})
+	if err := Write(c, &Hello{Version: Version, Command: command}); err != nil {
+		return nil, nil, fmt.Errorf("hello: %w", err)
+	}
+	var w Welcome
+	if err := Read(c, &w); err != nil {
+		return nil, nil, fmt.Errorf("welcome: %w", err)
+	}
+	if w.Error != "" {
+		return nil, nil, fmt.Errorf("refused: %s", w.Error)
+	}
+	if w.Version != Version {
+		return nil, nil, fmt.Errorf("daemon speaks version %d, this client %d", w.Version, Version)
+	}
+	if w.QPNLast < w.QPNFirst || w.QPNFirst < 2 || w.QPNLast >= 0xFFFFFF {
+		return nil, nil, fmt.Errorf("daemon gave the QPN range %#x..%#x", w.QPNFirst, w.QPNLast)
+	}
+	fds, err := shm.ReceivePort(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := shm.Attach(fds)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, &w, nil
+}
+
+// ErrNoDaemon is wrapped when no daemon listens on a socket path.
+var ErrNoDaemon = errors.New("no xdproce daemon")
+
+// DefaultSocket is the socket path of the daemon for interface ifname in
+// this thread's network namespace when --socket is not given:
+// /run/xdproce/daemon-IFNAME-NETNS.sock for root, else under
+// $XDG_RUNTIME_DIR/xdproce (or /tmp/xdproce-UID). NETNS is the namespace's
+// inode number, so daemons of same-named interfaces in different
+// namespaces do not collide.
+func DefaultSocket(ifname string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("network namespace: %w", err)
+	}
+	dir := "/run/xdproce"
+	if os.Geteuid() != 0 {
+		if rt := os.Getenv("XDG_RUNTIME_DIR"); rt != "" {
+			dir = filepath.Join(rt, "xdproce")
+		} else {
+			dir = "/tmp/xdproce-" + strconv.Itoa(os.Geteuid())
+		}
+	}
+	return filepath.Join(dir, "daemon-"+ifname+"-"+strconv.FormatUint(st.Ino, 10)+".sock"), nil
+}

@@ -1,0 +1,238 @@
+package daemon
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xdproce/xdproce/link"
+)
+
+// counters are the daemon's own, beside each client's.
+type counters struct {
+	wireRx, wireTx atomic.Uint64 // frames received from and sent to the interface
+	switched       atomic.Uint64 // frames from one client delivered to another (or itself)
+	dropNoOwner    atomic.Uint64 // frames for a QPN no client owns
+	dropQP1        atomic.Uint64 // frames for QP1 (the CM is not served yet)
+	dropWireBad    atomic.Uint64 // frames from the wire that are not RoCEv2
+	egressFull     atomic.Uint64 // times a client waited for room to the wire
+	wireErrors     atomic.Uint64 // uplink Receive or Send errors
+	wireNoBuffer   atomic.Uint64 // rounds the uplink had no transmit buffer for a queued frame
+	uplinkHdr      header
+	uplinkRx       [rxBatch][]byte
+	uplinkTx       [rxBatch][]byte
+}
+
+// Stats are the daemon's counters.
+type Stats struct {
+	WireRx, WireTx uint64
+	Switched       uint64
+	DropNoOwner    uint64
+	DropQP1        uint64
+	DropWireBad    uint64
+	EgressFull     uint64
+	WireErrors     uint64
+	Clients        []ClientStats
+}
+
+// ClientStats describe one client.
+type ClientStats struct {
+	ID            int
+	PID, UID, GID int32
+	Command       string
+	QPNFirst      uint32
+	QPNLast       uint32
+	Since         time.Time
+	FromClient    uint64
+	ToClient      uint64
+	DropForeign   uint64
+	DropBadSource uint64
+	DropMalformed uint64
+	Overflow      uint64
+}
+
+// Stats returns the daemon's counters and its clients'.
+func (d *Daemon) Stats() Stats {
+	st := Stats{WireRx: d.st.wireRx.Load(), WireTx: d.st.wireTx.Load(), Switched: d.st.switched.Load(),
+		DropNoOwner: d.st.dropNoOwner.Load(), DropQP1: d.st.dropQP1.Load(), DropWireBad: d.st.dropWireBad.Load(),
+		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load()}
+	d.mu.Lock()
+	for _, c := range d.clients {
+		st.Clients = append(st.Clients, ClientStats{ID: c.id, PID: c.pid, UID: c.uid, GID: c.gid, Command: c.cmd,
+			QPNFirst: c.first, QPNLast: c.last, Since: c.since, FromClient: c.fromClient.Load(),
+			ToClient: c.toClient.Load(), DropForeign: c.dropForeign.Load(), DropBadSource: c.dropBadSource.Load(),
+			DropMalformed: c.dropMalformed.Load(), Overflow: c.overflow.Load()})
+	}
+	d.mu.Unlock()
+	return st
+}
+
+// fromClient steers one frame read from c's port. Its header is copied out
+// of the shared memory first and only the copy is read and forwarded.
+func (d *Daemon) fromClient(c *client, frame []byte) {
+	c.fromClient.Add(1)
+	n := copy(c.snap[:], frame)
+	snap := c.snap[:n]
+	h := &c.hdr
+	if !parse(snap, h) {
+		c.dropMalformed.Add(1)
+		return
+	}
+	if !d.isLocal(&h.src) {
+		c.dropBadSource.Add(1)
+		return
+	}
+	if h.ud && (h.sqpn < c.first || h.sqpn > c.last) {
+		c.dropForeign.Add(1)
+		return
+	}
+	if d.isLocal(&h.dst) {
+		if d.steer(h.dqpn, frame, snap) {
+			d.st.switched.Add(1)
+		}
+		return
+	}
+	copy(snap[6:12], d.hw[:]) // the interface's MAC as the source
+	d.eg.push(frame, snap, d.up.Link)
+}
+
+// fromWire steers a frame the uplink received.
+func (d *Daemon) fromWire(frame []byte) {
+	h := &d.st.uplinkHdr
+	if !parse(frame, h) {
+		d.st.dropWireBad.Add(1)
+		return
+	}
+	d.steer(h.dqpn, frame, nil)
+}
+
+// steer delivers frame (its header replaced by hdr when not nil) to the
+// client owning QPN qpn; it reports whether there was one.
+func (d *Daemon) steer(qpn uint32, frame, hdr []byte) bool {
+	to := d.owner(qpn)
+	switch {
+	case qpn == qp1:
+		d.st.dropQP1.Add(1)
+	case to == nil:
+		d.st.dropNoOwner.Add(1)
+	default:
+		to.deliver(frame, hdr)
+		return true
+	}
+	return false
+}
+
+// uplink owns the interface's link: it steers what arrives and sends what
+// the clients queued, until the link closes.
+func (d *Daemon) uplink() {
+	defer close(d.upDone)
+	l := d.up.Link
+	rx := d.st.uplinkRx[:]
+	for {
+		n, err := l.Receive(rx)
+		if err != nil {
+			if isClosed(err) {
+				return
+			}
+			d.st.wireErrors.Add(1)
+		}
+		d.st.wireRx.Add(uint64(n))
+		for i := range n {
+			d.fromWire(rx[i])
+		}
+		left := d.eg.drain(l, d.st.uplinkTx[:], &d.st)
+		if n == len(rx) {
+			continue
+		}
+		timeout := time.Duration(-1)
+		if left {
+			timeout = 50 * time.Microsecond // the link had no transmit buffer
+		}
+		if err := l.Wait(timeout); err != nil && isClosed(err) {
+			return
+		}
+	}
+}
+
+func isClosed(err error) bool { return err != nil && errors.Is(err, link.ErrClosed) }
+
+// egress is the queue of frames from clients to the wire: the uplink
+// goroutine owns the link, so clients' goroutines copy their frames here
+// and wake it. Fixed slots: nothing is allocated per frame.
+type egress struct {
+	mu     sync.Mutex
+	room   sync.Cond
+	slots  [][]byte
+	lens   []int
+	head   int
+	count  int
+	closed bool
+}
+
+func (q *egress) init(maxFrame, n int) {
+	q.room.L = &q.mu
+	q.slots = make([][]byte, n)
+	q.lens = make([]int, n)
+	for i := range q.slots {
+		q.slots[i] = make([]byte, maxFrame)
+	}
+}
+
+// push queues frame, its first len(hdr) bytes replaced by hdr, waiting for
+// room while the queue is full, and wakes the uplink when the queue was
+// empty (otherwise it is awake or about to drain).
+func (q *egress) push(frame, hdr []byte, l link.Link) {
+	q.mu.Lock()
+	for q.count == len(q.slots) && !q.closed {
+		l.Wake()
+		q.room.Wait()
+	}
+	if q.closed || len(frame) > len(q.slots[0]) {
+		q.mu.Unlock()
+		return
+	}
+	i := (q.head + q.count) % len(q.slots)
+	copy(q.slots[i], frame)
+	copy(q.slots[i], hdr)
+	q.lens[i] = len(frame)
+	q.count++
+	wake := q.count == 1
+	q.mu.Unlock()
+	if wake {
+		l.Wake()
+	}
+}
+
+// drain sends what is queued through l; it reports whether frames are
+// left (the link had no transmit buffers for them).
+func (q *egress) drain(l link.Link, bufs [][]byte, st *counters) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.count > 0 {
+		k := l.Alloc(bufs[:min(q.count, len(bufs))])
+		if k == 0 {
+			st.wireNoBuffer.Add(1)
+			return true
+		}
+		for j := range k {
+			i := (q.head + j) % len(q.slots)
+			bufs[j] = bufs[j][:copy(bufs[j], q.slots[i][:q.lens[i]])]
+		}
+		if err := l.Send(bufs[:k]); err != nil {
+			st.wireErrors.Add(1)
+		}
+		st.wireTx.Add(uint64(k))
+		q.head = (q.head + k) % len(q.slots)
+		q.count -= k
+		q.room.Broadcast()
+	}
+	return false
+}
+
+func (q *egress) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.room.Broadcast()
+	q.mu.Unlock()
+}

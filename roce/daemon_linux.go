@@ -1,0 +1,172 @@
+package roce
+
+// Attaching to the xdproce daemon (internal/daemon): a process whose
+// interface is served by a daemon gets a link/shm port from it instead of
+// opening the interface itself. The daemon owns the interface; this process
+// keeps its queue pairs and memory regions and runs its own engine over the
+// port, with QPNs from the range the daemon gave it.
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xdproce/xdproce/internal/daemon/proto"
+	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/link/shm"
+)
+
+// EnvDaemon names the environment variable holding the daemon's socket
+// path (the default of Options.Daemon).
+const EnvDaemon = "XDPROCE_DAEMON"
+
+// daemonDialTimeout bounds the handshake with a daemon.
+const daemonDialTimeout = 3 * time.Second
+
+// daemonLockName is the abstract socket a daemon serving the interface
+// holds; it answers the daemon's socket path (see holder_linux.go).
+func daemonLockName(ifindex int) string { return "@xdproce/daemon/" + strconv.Itoa(ifindex) }
+
+// AnnouncedDaemon returns the socket path of the xdproce daemon serving the
+// interface with index ifindex in this network namespace, and its PID (0 when
+// not visible); "" when none does.
+func AnnouncedDaemon(ifindex int) (path string, pid int) {
+	h := queryLock(daemonLockName(ifindex))
+	if h == nil || h.Holds == "" {
+		return "", 0
+	}
+	return h.Holds, h.PID
+}
+
+// daemonSocket picks the socket to attach to: Options.Daemon,
+// $XDPROCE_DAEMON, else the daemon announced for the interface; "" when
+// there is none. why says where the path came from.
+func daemonSocket(o *Options, info *ifaceInfo) (path, why string) {
+	if o.Daemon != "" {
+		return o.Daemon, "daemon socket given"
+	}
+	if p := os.Getenv(EnvDaemon); p != "" {
+		return p, "daemon socket from $" + EnvDaemon
+	}
+	if info != nil {
+		if p, pid := AnnouncedDaemon(info.index); p != "" {
+			who := "xdproce daemon"
+			if pid > 0 {
+				who += " (PID " + strconv.Itoa(pid) + ")"
+			}
+			return p, who + " serves " + info.name
+		}
+	}
+	return "", ""
+}
+
+// daemonLink is the client's end of a daemon port. It reports the daemon's
+// link properties (MTU, MAC, forced source port, synthetic headers) so
+// that the device encodes frames as the wire link needs them, and closes
+// the connection to the daemon with the port.
+type daemonLink struct {
+	*shm.Link
+	props link.Props
+	conn  *net.UnixConn
+	once  sync.Once
+}
+
+func (l *daemonLink) Props() link.Props { return l.props }
+
+func (l *daemonLink) Close() error {
+	err := l.Link.Close()
+	l.once.Do(func() { l.conn.Close() })
+	return err
+}
+
+// attachDaemon connects to the daemon at path and returns the port as a
+// link, the interface's description as the daemon sees it, and the QPN
+// range; o gets the range and the daemon's limit on memory regions.
+func attachDaemon(path string, o *Options) (link.Link, *ifaceInfo, error) {
+	cmd := filepath.Base(os.Args[0])
+	if len(os.Args) > 1 {
+		cmd += " " + os.Args[1]
+	}
+	conn, w, port, err := proto.Dial(path, cmd, daemonDialTimeout)
+	if err != nil {
+		return nil, nil, fmt.Errorf("xdproce daemon at %s: %w", path, err)
+	}
+	info := &ifaceInfo{name: w.Interface, mtu: w.MTU}
+	var bad error
+	if w.HWAddr != "" {
+		if info.hw, bad = net.ParseMAC(w.HWAddr); bad == nil && len(info.hw) != 6 {
+			bad = fmt.Errorf("MAC %s is not Ethernet", w.HWAddr)
+		}
+	}
+	for _, s := range w.Addrs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			bad = err
+			break
+		}
+		info.addrs = append(info.addrs, a)
+	}
+	if bad == nil && port.Props().MTU != w.MTU {
+		bad = fmt.Errorf("port MTU %d, link MTU %d", port.Props().MTU, w.MTU)
+	}
+	if bad != nil {
+		port.Close()
+		conn.Close()
+		return nil, nil, fmt.Errorf("xdproce daemon at %s: bad welcome: %w", path, bad)
+	}
+	props := port.Props()
+	props.Name = "daemon (" + w.Link + " on " + w.Interface + ")"
+	props.HWAddr = info.hw
+	props.SrcPort = w.SrcPort
+	props.SyntheticHeaders = w.Synthetic
+	o.qpns = [2]uint32{w.QPNFirst, w.QPNLast}
+	if w.MaxMRs > 0 && (o.MaxMRs == 0 || o.MaxMRs > w.MaxMRs) {
+		o.MaxMRs = w.MaxMRs
+	}
+	if n := int(w.QPNLast - w.QPNFirst + 1); o.MaxQPs == 0 || o.MaxQPs > n {
+		o.MaxQPs = n
+	}
+	return &daemonLink{Link: port, props: props, conn: conn}, info, nil
+}
+
+// openDaemon is Open's daemon path: it attaches to the daemon at path and
+// makes the device over the port. local is the interface as this namespace
+// sees it, nil when it has none of that name; h is Open's netlink handle,
+// which the device keeps for neighbour lookups when local is the daemon's
+// interface (same MAC) and closes otherwise. A client in another namespace
+// reaching the daemon through its socket path has no neighbour table for
+// the daemon's link: its frames leave with the MACs the daemon fills in.
+func openDaemon(ifname, path, why string, local *ifaceInfo, h *netlink.Handle, o *Options) (*Device, error) {
+	l, info, err := attachDaemon(path, o)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	o.Addrs = info.addrs
+	o.HWAddr = info.hw
+	if local != nil && local.hw.String() == info.hw.String() && o.Resolve == nil {
+		o.Resolve = newNeighResolver(h, local, o.NeighborTimeout)
+	} else {
+		h.Close()
+		h = nil
+	}
+	d, err := newDevice(l, o, ifname, why+": attached to "+path)
+	if err != nil {
+		l.Close()
+		if h != nil {
+			h.Close()
+		}
+		return nil, err
+	}
+	if h != nil {
+		d.cleanup = []func() error{func() error { h.Close(); return nil }}
+	}
+	return d, nil
+}

@@ -1,0 +1,98 @@
+package roce
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xdproce/xdproce/link"
+)
+
+// An Uplink is an interface's link held by the xdproce daemon
+// (internal/daemon) on behalf of the processes it serves: the AF_XDP
+// sockets and the steering program, or the kernel UDP socket, as Open would
+// claim them, and the announcement that makes Open in other processes
+// attach to the daemon instead of refusing them (see AnnouncedDaemon).
+type Uplink struct {
+	// Link carries the interface's frames; the daemon owns it.
+	Link link.Link
+	// Name, Index, HWAddr and Addrs describe the interface; MTU is the
+	// link's.
+	Name   string
+	Index  int
+	MTU    int
+	HWAddr net.HardwareAddr
+	Addrs  []netip.Addr
+	// Reason says why this link was chosen.
+	Reason string
+
+	xdp     func() (Counters, error)
+	cleanup []func() error
+}
+
+// OpenUplink claims the interface ifname for a daemon listening on socket:
+// it announces socket as the interface's daemon (ErrHeld when another
+// daemon serves it), then opens the link opts.Link selects (LinkAuto:
+// AF_XDP when privileged and possible, else UDP; LinkDaemon is refused).
+func OpenUplink(ifname, socket string, opts *Options) (*Uplink, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("roce: uplink %s: netlink: %w", ifname, err)
+	}
+	defer h.Close()
+	info, err := interfaceInfo(h, ifname)
+	if err != nil {
+		return nil, fmt.Errorf("roce: uplink: %w", err)
+	}
+	dl, err := takeLock(daemonLockName(info.index), socket)
+	if err != nil {
+		return nil, fmt.Errorf("roce: uplink %s: %w", ifname, err)
+	}
+	o.holder = ", for the xdproce daemon (PID " + fmt.Sprint(os.Getpid()) + ", socket " + socket + ")"
+	if o.Link == LinkDaemon {
+		dl.close()
+		return nil, fmt.Errorf("roce: uplink %s: a daemon's uplink cannot be a daemon", ifname)
+	}
+	l, cleanup, reason, err := claimLink(info, &o)
+	if err != nil {
+		dl.close()
+		return nil, fmt.Errorf("roce: uplink %s: %w", ifname, err)
+	}
+	u := &Uplink{Link: l, Name: info.name, Index: info.index, MTU: l.Props().MTU, HWAddr: info.hw,
+		Addrs: info.addrs, Reason: reason, cleanup: append([]func() error{dl.close}, cleanup...)}
+	if info.xdp != nil {
+		u.xdp = xdpCounters(info.xdp)
+	}
+	return u, nil
+}
+
+// XDPCounters returns the steering program's verdict counters (nil, nil
+// without AF_XDP).
+func (u *Uplink) XDPCounters() (Counters, error) {
+	if u.xdp == nil {
+		return nil, nil
+	}
+	return u.xdp()
+}
+
+// Close closes the link, detaches what was attached and withdraws the
+// announcement, last.
+func (u *Uplink) Close() error {
+	err := u.Link.Close()
+	if err == link.ErrClosed {
+		err = nil
+	}
+	for i := len(u.cleanup) - 1; i >= 0; i-- {
+		if e := u.cleanup[i](); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
