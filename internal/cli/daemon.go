@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/xdproce/xdproce/internal/daemon"
+	"github.com/xdproce/xdproce/internal/stat"
 	"github.com/xdproce/xdproce/roce"
 )
 
@@ -32,6 +33,11 @@ network namespace's inode number, so same-named interfaces in different
 namespaces do not collide), else under $XDG_RUNTIME_DIR/xdproce. Its mode
 (--mode, default 0660) and group (--group) decide who may attach; every
 client's PID, UID and GID are logged.
+
+'xdproce stat PID' prints the daemon's counters (frames from and to the wire,
+switched between clients, dropped and why, its open descriptors and
+goroutines) and, with --qp, each client's (its PID, command, QPN range,
+frames each way, frames dropped for a foreign source or QPN).
 
 Not yet: the RDMA CM (frames to QP1 are dropped), direct placement into
 shared memory regions.
@@ -76,8 +82,15 @@ func setupDaemon(fs *flag.FlagSet, env *Env) func(context.Context, []string) err
 		if err != nil {
 			return withPermissionHint(err)
 		}
+		st, err := stat.Listen(d, d.Interface(), "daemon")
+		if err != nil {
+			env.Log.Warn("xdproce stat cannot see this process", "err", err)
+		}
 		fmt.Fprintf(env.Stdout, "daemon: serving %s (%s) on %s\n", d.Interface(), d.LinkName(), d.Socket())
 		<-ctx.Done()
+		if st != nil {
+			st.Close()
+		}
 		return d.Close()
 	}
 }

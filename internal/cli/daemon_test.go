@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/stat"
 	"github.com/xdproce/xdproce/internal/testenv"
 )
 
@@ -98,15 +99,8 @@ func TestPrivilegedDaemon(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
 	d := startDaemon(t, topo.A.NS, topo.A.Name, filepath.Join(t.TempDir(), "d.sock"), "--link", "xsk")
-	dir := t.TempDir()
-	s := &server{dir: dir, done: make(chan error, 1)}
-	s.cmd = topo.A.NS.Command(context.Background(), binary, "serve", "--dev", topo.A.Name, "--dir", dir, "--insecure", "--log-level", "info")
-	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.done <- s.cmd.Wait() }()
-	t.Cleanup(func() { s.stop(t) })
+	s := startServerIn(t, topo, t.TempDir(), "--link", "auto", "--log-level", "info")
+	dir := s.dir
 	host := topo.A.IPv4.String()
 	src := t.TempDir()
 
@@ -181,4 +175,99 @@ func TestPrivilegedDaemon(t *testing.T) {
 		t.Errorf("an XDP program stays attached after the daemon's SIGKILL: %s", out)
 	}
 	t.Logf("after the daemon's SIGKILL: send: %s", strings.TrimSpace(r.stderr))
+}
+
+// daemonCounters reads the daemon's counters with 'xdproce stat --json'.
+func daemonCounters(t *testing.T, d *daemonProc) map[string]uint64 {
+	t.Helper()
+	r := runBinary(t, "stat", "--json", strconv.Itoa(d.cmd.Process.Pid))
+	var rep struct {
+		Link     string            `json:"link"`
+		Counters map[string]uint64 `json:"counters"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil || !strings.HasPrefix(rep.Link, "daemon (") {
+		t.Fatalf("stat of the daemon: exit %d, %v: %s%s", r.code, err, r.stdout, r.stderr)
+	}
+	return rep.Counters
+}
+
+// waitCounters polls the daemon's counters until ok accepts them, failing
+// after 5 s.
+func waitCounters(t *testing.T, d *daemonProc, what string, ok func(map[string]uint64) bool) map[string]uint64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c := daemonCounters(t, d)
+		if ok(c) {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon counters %v: still not %s after 5 s", c, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPrivilegedDaemonClientKilled: a client of the daemon (bench write to
+// the other namespace) is SIGKILLed mid-run while a file goes from the
+// other namespace to serve, also attached: the file lands byte-exact, the
+// daemon forgets the client, its open descriptors and goroutines return to
+// their level before the client came, and a new local client then moves a
+// file byte-exact through it.
+func TestPrivilegedDaemonClientKilled(t *testing.T) {
+	testenv.Privileged(t)
+	t.Setenv(stat.EnvDir, t.TempDir())
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	d := startDaemon(t, topo.A.NS, topo.A.Name, filepath.Join(t.TempDir(), "d.sock"), "--link", "xsk")
+	s := startServerIn(t, topo, t.TempDir(), "--link", "auto")
+	level := waitCounters(t, d, "one client", func(c map[string]uint64) bool { return c["clients"] == 1 })
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	benchSrv := topo.B.NS.Command(ctx, binary, "bench", "write", "--dev", topo.B.Name, "--link", "xsk")
+	if err := benchSrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { benchSrv.Process.Kill(); benchSrv.Wait() }()
+	victim := topo.A.NS.Command(ctx, binary, "bench", "write", "--dev", topo.A.Name, "--size", "64KiB",
+		"--iters", "1000000", topo.B.IPv4.String())
+	var verr syncBuffer
+	victim.Stderr = &verr
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitCounters(t, d, "two clients, frames flowing", func(c map[string]uint64) bool {
+		return c["clients"] == 2 && c["wire_tx_frames"] > level["wire_tx_frames"]+1000
+	})
+
+	src := t.TempDir()
+	data := writeFile(t, filepath.Join(src, "during"), 16<<20, 4)
+	sent := make(chan result, 1)
+	go func() { sent <- runCmd(t, clientCmd(topo, "send", topo.A.IPv4.String(), filepath.Join(src, "during"))) }()
+	time.Sleep(200 * time.Millisecond)
+	victim.Process.Signal(syscall.SIGKILL)
+	victim.Wait()
+	if r := <-sent; r.code != 0 {
+		t.Fatalf("send during the kill: exit %d: %s\nserve: %s", r.code, r.stderr, s.errb.String())
+	}
+	if got, err := os.ReadFile(filepath.Join(s.dir, "during")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, len(data))
+	}
+	after := waitCounters(t, d, "back to the level before the client", func(c map[string]uint64) bool {
+		return c["clients"] == 1 && c["open_fds"] == level["open_fds"] && c["goroutines"] == level["goroutines"]
+	})
+	t.Logf("daemon before the client: %d fds, %d goroutines; after its SIGKILL: %d, %d",
+		level["open_fds"], level["goroutines"], after["open_fds"], after["goroutines"])
+	if !strings.Contains(d.errb.String(), "client detached") {
+		t.Errorf("the daemon did not log the client's departure: %s", d.errb.String())
+	}
+
+	data = writeFile(t, filepath.Join(src, "after"), 4<<20, 5)
+	r := runCmd(t, topo.A.NS.Command(ctx, binary, "send", "--dev", topo.A.Name, topo.A.IPv4.String(), filepath.Join(src, "after")))
+	if r.code != 0 {
+		t.Fatalf("local send after the kill: exit %d: %s", r.code, r.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.dir, "after")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, len(data))
+	}
 }

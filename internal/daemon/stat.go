@@ -1,0 +1,66 @@
+package daemon
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+)
+
+// Snapshot reports the daemon's counters for 'xdproce stat' (it is a
+// stat.Source): the switch's own, the process's open descriptors and
+// goroutines (which return to their level when clients go), and, asked
+// for per queue pair, one entry per client: QPN is the first of its range,
+// Type "client", State its PID and command.
+func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
+	st := d.Stats()
+	snap := &roce.Snapshot{Time: time.Now(), Device: d.up.Name, Link: "daemon (" + d.LinkName() + ")",
+		QPs: len(st.Clients)}
+	snap.Counters = roce.Counters{
+		{Name: "clients", Value: uint64(len(st.Clients))},
+		{Name: "wire_rx_frames", Value: st.WireRx},
+		{Name: "wire_tx_frames", Value: st.WireTx},
+		{Name: "switched_frames", Value: st.Switched},
+		{Name: "drop_no_owner", Value: st.DropNoOwner},
+		{Name: "drop_qp1", Value: st.DropQP1},
+		{Name: "drop_wire_malformed", Value: st.DropWireBad},
+		{Name: "egress_full_waits", Value: st.EgressFull},
+		{Name: "wire_errors", Value: st.WireErrors},
+		{Name: "open_fds", Value: openFDs()},
+		{Name: "goroutines", Value: uint64(runtime.NumGoroutine())},
+	}
+	if c, err := d.up.XDPCounters(); err != nil {
+		snap.XDPError = err.Error()
+	} else {
+		snap.XDP = c
+	}
+	if perClient {
+		for _, c := range st.Clients {
+			snap.PerQP = append(snap.PerQP, roce.QPSnapshot{QPN: c.QPNFirst, Type: "client",
+				State: "pid " + strconv.Itoa(int(c.PID)) + " uid " + strconv.Itoa(int(c.UID)) + " " + c.Command,
+				Counters: roce.Counters{
+					{Name: "client", Value: uint64(c.ID)},
+					{Name: "qpn_last", Value: uint64(c.QPNLast)},
+					{Name: "frames_from_client", Value: c.FromClient},
+					{Name: "frames_to_client", Value: c.ToClient},
+					{Name: "drop_foreign_qpn", Value: c.DropForeign},
+					{Name: "drop_bad_source", Value: c.DropBadSource},
+					{Name: "drop_malformed", Value: c.DropMalformed},
+					{Name: "drop_port_full", Value: c.Overflow},
+				}})
+		}
+	}
+	return snap
+}
+
+// openFDs counts this process's open file descriptors (0 when /proc cannot
+// be read).
+func openFDs() uint64 {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return uint64(len(ents))
+}
