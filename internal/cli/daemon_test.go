@@ -240,6 +240,22 @@ func TestPrivilegedDaemonClientKilled(t *testing.T) {
 		return c["clients"] == 2 && c["wire_tx_frames"] > level["wire_tx_frames"]+1000
 	})
 
+	// info lists the daemon and both clients.
+	r := runCmd(t, topo.A.NS.Command(ctx, binary, "info", "--json", topo.A.Name))
+	var rep infoReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Interfaces) != 1 {
+		t.Fatalf("info: exit %d, %v: %s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if di := rep.Interfaces[0].Daemon; di == nil || di.PID != d.cmd.Process.Pid || di.Socket != d.sock || len(di.Clients) != 2 {
+		t.Errorf("info's daemon: %+v", di)
+	} else {
+		for _, c := range di.Clients {
+			if c.QPNLast <= uint64(c.QPNFirst) || !strings.Contains(c.Process, "xdproce") {
+				t.Errorf("info's client %+v", c)
+			}
+		}
+	}
+
 	src := t.TempDir()
 	data := writeFile(t, filepath.Join(src, "during"), 16<<20, 4)
 	sent := make(chan result, 1)
@@ -263,7 +279,7 @@ func TestPrivilegedDaemonClientKilled(t *testing.T) {
 	}
 
 	data = writeFile(t, filepath.Join(src, "after"), 4<<20, 5)
-	r := runCmd(t, topo.A.NS.Command(ctx, binary, "send", "--dev", topo.A.Name, topo.A.IPv4.String(), filepath.Join(src, "after")))
+	r = runCmd(t, topo.A.NS.Command(ctx, binary, "send", "--dev", topo.A.Name, topo.A.IPv4.String(), filepath.Join(src, "after")))
 	if r.code != 0 {
 		t.Fatalf("local send after the kill: exit %d: %s", r.code, r.stderr)
 	}

@@ -47,10 +47,13 @@ JSON FORMAT
   "af_xdp_kernel": BOOL, "af_xdp_kernel_note": STR, "interfaces": [{"name",
   "index", "mtu", "path_mtu", "mac", "up", "loopback", "addresses": [CIDR...],
   "gids": [{"index", "gid"}], "queues", "driver", "xdp_attached_prog",
-  "af_xdp": {"available", "reason", "holder": {"pid", "command",
-  "holds"}}, "native_xdp": {"available", "reason"}, "device": {...},
-  "port": {...}}]} (holder only when another process holds the interface,
-  pid 0 when it is not visible to this one). "device" and "port" are what
+  "daemon": {"pid", "socket", "clients": [{"client", "process",
+  "qpn_first", "qpn_last"}], "clients_note"}, "af_xdp": {"available",
+  "reason", "holder": {"pid", "command", "holds"}}, "native_xdp":
+  {"available", "reason"}, "device": {...}, "port": {...}}]} (daemon only
+  when an xdproce daemon serves the interface: processes there attach to
+  it; holder only when another process holds the interface, pid 0 when it
+  is not visible to this one). "device" and "port" are what
   a device opened there with the default options reports (roce's
   Device.Query and QueryPort), named as ibv_devinfo -v names them:
   device {"fw_ver", "node_guid", "sys_image_guid", "vendor_id",
@@ -92,22 +95,23 @@ type infoReport struct {
 }
 
 type ifaceInfo struct {
-	Name       string     `json:"name"`
-	Index      int        `json:"index"`
-	MTU        int        `json:"mtu"`
-	PathMTU    int        `json:"path_mtu"`
-	MAC        string     `json:"mac,omitempty"`
-	Up         bool       `json:"up"`
-	Loopback   bool       `json:"loopback"`
-	Addresses  []string   `json:"addresses"`
-	GIDs       []gidEntry `json:"gids"`
-	Queues     int        `json:"queues,omitempty"`
-	Driver     string     `json:"driver,omitempty"`
-	XDPProg    uint32     `json:"xdp_attached_prog,omitempty"`
-	AFXDP      verdict    `json:"af_xdp"`
-	NativeXDP  verdict    `json:"native_xdp"`
-	Device     *devAttr   `json:"device,omitempty"`
-	Port       *portAttr  `json:"port,omitempty"`
+	Name       string      `json:"name"`
+	Index      int         `json:"index"`
+	MTU        int         `json:"mtu"`
+	PathMTU    int         `json:"path_mtu"`
+	MAC        string      `json:"mac,omitempty"`
+	Up         bool        `json:"up"`
+	Loopback   bool        `json:"loopback"`
+	Addresses  []string    `json:"addresses"`
+	GIDs       []gidEntry  `json:"gids"`
+	Queues     int         `json:"queues,omitempty"`
+	Driver     string      `json:"driver,omitempty"`
+	XDPProg    uint32      `json:"xdp_attached_prog,omitempty"`
+	Daemon     *daemonInfo `json:"daemon,omitempty"` // the xdproce daemon serving it
+	AFXDP      verdict     `json:"af_xdp"`
+	NativeXDP  verdict     `json:"native_xdp"`
+	Device     *devAttr    `json:"device,omitempty"`
+	Port       *portAttr   `json:"port,omitempty"`
 	addrPrefix []netip.Prefix
 }
 
@@ -207,6 +211,7 @@ func describeIface(ifi net.Interface, rep *infoReport) *ifaceInfo {
 	if l, err := netlink.LinkByIndex(ifi.Index); err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
 		in.XDPProg = l.Attrs().Xdp.ProgId
 	}
+	in.Daemon = describeDaemon(ifi.Index)
 	switch {
 	case !rep.AFXDPKernel:
 		in.AFXDP.Reason = rep.AFXDPKernelNote
@@ -308,6 +313,7 @@ func printInfo(w io.Writer, rep *infoReport) {
 		if len(in.Addresses) > 0 {
 			fmt.Fprintf(w, "  addresses: %s\n", strings.Join(in.Addresses, ", "))
 		}
+		printDaemon(w, in.Daemon)
 		fmt.Fprintf(w, "  AF_XDP: %s\n", yesNo(in.AFXDP))
 		fmt.Fprintf(w, "  native XDP: %s\n", yesNo(in.NativeXDP))
 		printAttrs(w, in)

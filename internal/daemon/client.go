@@ -34,7 +34,6 @@ type client struct {
 	first, last   uint32
 	since         time.Time
 	endOnce       sync.Once
-	done          chan struct{}
 	fromClient    atomic.Uint64 // frames read from the client
 	toClient      atomic.Uint64 // frames delivered to it
 	dropForeign   atomic.Uint64 // its UD frames naming a source QPN not its own
@@ -70,7 +69,7 @@ func (d *Daemon) accept() {
 // admit runs the handshake with a new connection: peer credentials, hello,
 // limits, QPN block, port. On success the client is served until it goes.
 func (d *Daemon) admit(conn *net.UnixConn) {
-	c := &client{d: d, conn: conn, since: time.Now(), done: make(chan struct{})}
+	c := &client{d: d, conn: conn, since: time.Now()}
 	if raw, err := conn.SyscallConn(); err == nil {
 		raw.Control(func(fd uintptr) {
 			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
@@ -102,28 +101,39 @@ func (d *Daemon) admit(conn *net.UnixConn) {
 	if len(c.cmd) > 120 {
 		c.cmd = c.cmd[:120]
 	}
+	// The port exists before the client is registered: from then on the
+	// steering and Close may use it.
+	props := d.up.Link.Props()
+	port, fds, err := shm.NewPort(shm.Config{MTU: props.MTU, Ring: d.cfg.Ring})
+	if err != nil {
+		refuse("port: " + err.Error())
+		return
+	}
+	c.port = port
+	why := ""
 	d.mu.Lock()
 	switch {
 	case d.closed:
-		d.mu.Unlock()
-		refuse("daemon closing")
-		return
+		why = "daemon closing"
 	case len(d.clients) >= d.cfg.MaxClients:
-		d.mu.Unlock()
-		refuse(fmt.Sprintf("daemon serves its limit of %d clients", d.cfg.MaxClients))
-		return
+		why = fmt.Sprintf("daemon serves its limit of %d clients", d.cfg.MaxClients)
 	case !d.takeBlock(c):
-		d.mu.Unlock()
-		refuse("no free QPN range")
+		why = "no free QPN range"
+	default:
+		c.id = d.nextID
+		d.nextID++
+		d.clients[c.id] = c
+	}
+	d.mu.Unlock()
+	if why != "" {
+		fds.Close()
+		port.Close()
+		refuse(why)
 		return
 	}
-	c.id = d.nextID
-	d.nextID++
-	d.clients[c.id] = c
-	d.mu.Unlock()
-	if err := d.givePort(c); err != nil {
+	if err := d.welcome(c, fds); err != nil {
+		d.log.Warn("client lost during the handshake", "pid", c.pid, "err", err)
 		d.release(c)
-		refuse("port: " + err.Error())
 		return
 	}
 	conn.SetDeadline(time.Time{})
@@ -133,13 +143,10 @@ func (d *Daemon) admit(conn *net.UnixConn) {
 	c.serve()
 }
 
-// givePort makes c's port, welcomes the client and passes it the port.
-func (d *Daemon) givePort(c *client) error {
+// welcome tells the client its QPNs and the link and passes it the other
+// end of its port (fds, closed here in any case).
+func (d *Daemon) welcome(c *client, fds *shm.PortFds) error {
 	props := d.up.Link.Props()
-	port, fds, err := shm.NewPort(shm.Config{MTU: props.MTU, Ring: d.cfg.Ring})
-	if err != nil {
-		return err
-	}
 	w := &proto.Welcome{Version: proto.Version, Client: c.id, Interface: d.up.Name, MTU: props.MTU,
 		Link: props.Name, SrcPort: props.SrcPort, Synthetic: props.SyntheticHeaders,
 		QPNFirst: c.first, QPNLast: c.last, MaxMRs: d.cfg.MaxMRs}
@@ -151,15 +158,9 @@ func (d *Daemon) givePort(c *client) error {
 	}
 	if err := proto.Write(c.conn, w); err != nil {
 		fds.Close()
-		port.Close()
 		return err
 	}
-	if err := shm.SendPort(c.conn, fds); err != nil {
-		port.Close()
-		return err
-	}
-	c.port = port
-	return nil
+	return shm.SendPort(c.conn, fds)
 }
 
 // watch ends the client when its connection closes (the process exited
@@ -178,9 +179,7 @@ func (c *client) watch() {
 func (c *client) end() {
 	c.endOnce.Do(func() {
 		c.conn.Close()
-		if c.port != nil {
-			c.port.Close()
-		}
+		c.port.Close()
 	})
 }
 
@@ -223,12 +222,11 @@ func (d *Daemon) release(c *client) {
 	d.mu.Unlock()
 	// A steering goroutine that loaded c before the store may still call
 	// deliver: the port is closed by then and takes nothing.
-	if c.port != nil {
+	if c.id != 0 {
 		d.log.Info("client detached", "client", c.id, "pid", c.pid, "frames_from", c.fromClient.Load(),
 			"frames_to", c.toClient.Load(), "foreign_qpn", c.dropForeign.Load(), "bad_source", c.dropBadSource.Load(),
 			"malformed", c.dropMalformed.Load(), "overflow", c.overflow.Load())
 	}
-	close(c.done)
 }
 
 // deliver copies frame into c's port; hdr, when not nil, replaces the

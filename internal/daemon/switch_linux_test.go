@@ -51,7 +51,7 @@ func (s *testSwitch) addClient(t testing.TB, b int) (*client, *shm.Link) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &client{d: s.d, id: b, port: port, done: make(chan struct{})}
+	c := &client{d: s.d, id: b, port: port}
 	s.d.nextBlock = b
 	s.d.takeBlock(c)
 	t.Cleanup(func() { port.Close(); end.Close() })

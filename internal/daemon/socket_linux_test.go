@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/daemon/proto"
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// TestPrivilegedSocket: the daemon's socket gets the mode asked for; a
+// client is welcomed with a QPN range and a port; beyond MaxClients, with a
+// malformed hello or another version, clients are refused with the reason;
+// a second daemon on the same socket or the same interface is refused; a
+// client's departure frees its place.
+func TestPrivilegedSocket(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	var d *Daemon
+	if err := topo.A.NS.Do(func() error {
+		var err error
+		d, err = Start(Config{Interface: topo.A.Name, Socket: sock, Mode: 0o600, Link: roce.LinkUDP, MaxClients: 1, QPNs: 256})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("socket %v, %v; want a socket of mode 0600", fi.Mode(), err)
+	}
+
+	conn, w, port, err := proto.Dial(sock, "test", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Interface != topo.A.Name || w.QPNLast-w.QPNFirst+1 > 256 || w.QPNFirst < 0x11 || w.Link != "UDP" || w.SrcPort != 4791 ||
+		port.Props().MTU != w.MTU {
+		t.Errorf("welcome %+v, port MTU %d", w, port.Props().MTU)
+	}
+	if _, _, _, err := proto.Dial(sock, "second", time.Second); err == nil || !strings.Contains(err.Error(), "limit of 1 clients") {
+		t.Errorf("second client: %v", err)
+	}
+	for _, tc := range []struct{ send, want string }{
+		{"not json", "bad hello"},
+		{`{"version": 99}`, "version 99"},
+	} {
+		c, err := net.Dial("unixpacket", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(tc.send))
+		var rw proto.Welcome
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := proto.Read(c.(*net.UnixConn), &rw); err != nil || !strings.Contains(rw.Error, tc.want) {
+			t.Errorf("hello %q: %v, %+v; want refused with %q", tc.send, err, rw, tc.want)
+		}
+		c.Close()
+	}
+
+	// Another daemon: same socket, or same interface.
+	topo.A.NS.Do(func() error {
+		_, err := Start(Config{Interface: topo.A.Name, Socket: sock, Link: roce.LinkUDP})
+		if err == nil || !errors.Is(err, roce.ErrHeld) && !strings.Contains(err.Error(), "another daemon") {
+			t.Errorf("second daemon on the same socket: %v", err)
+		}
+		_, err = Start(Config{Interface: topo.A.Name, Socket: sock + "2", Link: roce.LinkUDP})
+		if !errors.Is(err, roce.ErrHeld) {
+			t.Errorf("second daemon on the same interface: %v", err)
+		}
+		return nil
+	})
+
+	// The client goes: its place is free again.
+	port.Close()
+	conn.Close()
+	deadline := time.Now().Add(2 * time.Second)
+	for len(d.Stats().Clients) != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	conn, _, port, err = proto.Dial(sock, "third", time.Second)
+	if err != nil {
+		t.Fatalf("a client after the first left: %v", err)
+	}
+	port.Close()
+	conn.Close()
+
+	// The default socket is keyed by the namespace.
+	var p1, p2 string
+	topo.A.NS.Do(func() (err error) { p1, err = proto.DefaultSocket("eth9"); return })
+	topo.B.NS.Do(func() (err error) { p2, err = proto.DefaultSocket("eth9"); return })
+	if p1 == p2 || !strings.Contains(p1, "eth9") {
+		t.Errorf("default sockets %q and %q", p1, p2)
+	}
+}
