@@ -287,3 +287,61 @@ func TestPrivilegedDaemonClientKilled(t *testing.T) {
 		t.Fatalf("stored %d bytes (%v), want %d byte-exact", len(got), err, len(data))
 	}
 }
+
+// TestPrivilegedDaemonTenClients: each namespace runs a daemon; two serve
+// processes (different ports and directories) and a bench server attach to
+// A's, and at the same time ten send processes attached to B's each move a
+// 16 MiB file to one of the serves and a bench client runs against the
+// bench server: every file lands byte-exact and the bench succeeds.
+func TestPrivilegedDaemonTenClients(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	da := startDaemon(t, topo.A.NS, topo.A.Name, filepath.Join(t.TempDir(), "a.sock"), "--link", "xsk")
+	db := startDaemon(t, topo.B.NS, topo.B.Name, filepath.Join(t.TempDir(), "b.sock"), "--link", "xsk")
+	serves := []*server{startServerIn(t, topo, t.TempDir(), "--link", "auto"),
+		startServerIn(t, topo, t.TempDir(), "--link", "auto", "--listen", ":18601")}
+	addrs := []string{topo.A.IPv4.String(), topo.A.IPv4.String() + ":18601"}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	benchSrv := topo.A.NS.Command(ctx, binary, "bench", "write", "--dev", topo.A.Name, "--json", "--size", "64KiB", "--iters", "500", "--port", "18600")
+	var bso, bse syncBuffer
+	benchSrv.Stdout, benchSrv.Stderr = &bso, &bse
+	if err := benchSrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { benchSrv.Process.Kill(); benchSrv.Wait() }()
+
+	const n, size = 10, 16 << 20
+	src := t.TempDir()
+	files := make([][]byte, n)
+	for i := range n {
+		files[i] = writeFile(t, filepath.Join(src, "f"+strconv.Itoa(i)), size, uint64(10+i))
+	}
+	results := make(chan result, n+1)
+	for i := range n {
+		go func() {
+			results <- runCmd(t, topo.B.NS.Command(ctx, binary, "send", "--dev", topo.B.Name, addrs[i%2],
+				filepath.Join(src, "f"+strconv.Itoa(i))))
+		}()
+	}
+	go func() {
+		results <- runCmd(t, topo.B.NS.Command(ctx, binary, "bench", "write", "--dev", topo.B.Name, "--json",
+			"--size", "64KiB", "--iters", "500", "--port", "18600", topo.A.IPv4.String()))
+	}()
+	for range n + 1 {
+		if r := <-results; r.code != 0 {
+			t.Errorf("exit %d: %s", r.code, r.stderr)
+		}
+	}
+	if err := benchSrv.Wait(); err != nil || !strings.Contains(bso.String(), `"role":"server"`) {
+		t.Errorf("bench server: %v: %s%s", err, bso.String(), bse.String())
+	}
+	for i := range n {
+		if got, err := os.ReadFile(filepath.Join(serves[i%2].dir, "f"+strconv.Itoa(i))); err != nil || !bytes.Equal(got, files[i]) {
+			t.Errorf("file %d: stored %d bytes (%v), want %d byte-exact", i, len(got), err, size)
+		}
+	}
+	if t.Failed() {
+		t.Logf("daemon A: %s\ndaemon B: %s\nserves: %s\n%s", da.errb.String(), db.errb.String(), serves[0].errb.String(), serves[1].errb.String())
+	}
+}
