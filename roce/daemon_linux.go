@@ -23,10 +23,6 @@ import (
 	"github.com/xdproce/xdproce/link/shm"
 )
 
-// EnvDaemon names the environment variable holding the daemon's socket
-// path (the default of Options.Daemon).
-const EnvDaemon = "XDPROCE_DAEMON"
-
 // daemonDialTimeout bounds the handshake with a daemon.
 const daemonDialTimeout = 3 * time.Second
 

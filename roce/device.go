@@ -38,6 +38,10 @@ const (
 	LinkDaemon
 )
 
+// EnvDaemon names the environment variable holding the daemon's socket
+// path (the default of Options.Daemon).
+const EnvDaemon = "XDPROCE_DAEMON"
+
 func (k LinkKind) String() string {
 	switch k {
 	case LinkAuto:

@@ -24,34 +24,6 @@ type counters struct {
 	uplinkTx       [rxBatch][]byte
 }
 
-// Stats are the daemon's counters.
-type Stats struct {
-	WireRx, WireTx uint64
-	Switched       uint64
-	DropNoOwner    uint64
-	DropQP1        uint64
-	DropWireBad    uint64
-	EgressFull     uint64
-	WireErrors     uint64
-	Clients        []ClientStats
-}
-
-// ClientStats describe one client.
-type ClientStats struct {
-	ID            int
-	PID, UID, GID int32
-	Command       string
-	QPNFirst      uint32
-	QPNLast       uint32
-	Since         time.Time
-	FromClient    uint64
-	ToClient      uint64
-	DropForeign   uint64
-	DropBadSource uint64
-	DropMalformed uint64
-	Overflow      uint64
-}
-
 // Stats returns the daemon's counters and its clients'.
 func (d *Daemon) Stats() Stats {
 	st := Stats{WireRx: d.st.wireRx.Load(), WireTx: d.st.wireTx.Load(), Switched: d.st.switched.Load(),

@@ -1,0 +1,98 @@
+// Package daemon is xdproce daemon: one process owns a network interface's
+// link (the XDP program and AF_XDP sockets, or the kernel UDP socket) and
+// shares it among local processes, each attached through a link/shm port
+// passed over a unix socket (package proto says the conversation).
+//
+// The daemon is a frame switch: every client runs its own roce engine and
+// keeps its queue pairs and memory; the daemon gives each client a range of
+// QPNs unique on the device, steers frames by destination QPN (from the
+// wire, and between clients of the same daemon: those never reach the
+// NIC), and sends the clients' other frames out through its link.
+//
+// Trust: a client's frames are read from memory it can write at any time,
+// so the daemon takes a private copy of each header before it looks at it
+// and writes that copy, not the shared bytes, into the frame it forwards.
+// A frame whose source address is not one of the interface's, or (UD,
+// which names its source QPN in the DETH) whose source QPN is not the
+// client's, is dropped and counted. RC and UC packets carry no source QPN:
+// a client can address any QPN, as any host on the wire can.
+//
+// Not here yet (issue 17): QP1 and the RDMA CM (frames to QPN 1 are dropped
+// and counted), out-of-order contexts, multicast, direct placement into
+// daemon-shared memory regions.
+package daemon
+
+import (
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+)
+
+// Defaults of Config.
+const (
+	DefaultQPNs       = 4096
+	DefaultMaxClients = 64
+	DefaultMode       = 0o660
+)
+
+// Config configures a daemon.
+type Config struct {
+	// Interface is the network interface to serve (required).
+	Interface string
+	// Socket is the unix socket clients connect to; "" means
+	// proto.DefaultSocket(Interface).
+	Socket string
+	// Mode is the socket's permission bits (0: DefaultMode); Group, when
+	// set, its group (a name or a number).
+	Mode  os.FileMode
+	Group string
+	// Link is the uplink's kind: roce.LinkAuto, LinkXSK or LinkUDP.
+	Link roce.LinkKind
+	// XDPMode and Queues are passed to the uplink as roce.Options'.
+	XDPMode string
+	Queues  int
+	// QPNs is the number of QPNs each client gets: a power of two,
+	// 16..1<<20 (0: DefaultQPNs); it is also the client's limit on queue
+	// pairs.
+	QPNs int
+	// MaxClients bounds the clients served at once (0: DefaultMaxClients).
+	MaxClients int
+	// MaxMRs is each client's limit on memory regions (0: roce's default).
+	// The client enforces it: its memory regions live in its own process.
+	MaxMRs int
+	// Ring is the size of each port's rings (0: shm.DefaultRing); with the
+	// MTU it sets the port's shared memory, the daemon's memory per client.
+	Ring int
+	// Log receives the daemon's events (nil: discarded).
+	Log *slog.Logger
+}
+
+// Stats are the daemon's counters.
+type Stats struct {
+	WireRx, WireTx uint64
+	Switched       uint64
+	DropNoOwner    uint64
+	DropQP1        uint64
+	DropWireBad    uint64
+	EgressFull     uint64
+	WireErrors     uint64
+	Clients        []ClientStats
+}
+
+// ClientStats describe one client.
+type ClientStats struct {
+	ID            int
+	PID, UID, GID int32
+	Command       string
+	QPNFirst      uint32
+	QPNLast       uint32
+	Since         time.Time
+	FromClient    uint64
+	ToClient      uint64
+	DropForeign   uint64
+	DropBadSource uint64
+	DropMalformed uint64
+	Overflow      uint64
+}
