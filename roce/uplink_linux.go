@@ -1,10 +1,12 @@
 package roce
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -30,6 +32,7 @@ type Uplink struct {
 	Reason string
 
 	xdp     func() (Counters, error)
+	resolve func(netip.Addr) (net.HardwareAddr, error)
 	cleanup []func() error
 }
 
@@ -46,31 +49,50 @@ func OpenUplink(ifname, socket string, opts *Options) (*Uplink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: uplink %s: netlink: %w", ifname, err)
 	}
-	defer h.Close()
 	info, err := interfaceInfo(h, ifname)
 	if err != nil {
+		h.Close()
 		return nil, fmt.Errorf("roce: uplink: %w", err)
 	}
 	dl, err := takeLock(daemonLockName(info.index), socket)
 	if err != nil {
+		h.Close()
 		return nil, fmt.Errorf("roce: uplink %s: %w", ifname, err)
 	}
 	o.holder = ", for the xdproce daemon (PID " + fmt.Sprint(os.Getpid()) + ", socket " + socket + ")"
 	if o.Link == LinkDaemon {
+		h.Close()
 		dl.close()
 		return nil, fmt.Errorf("roce: uplink %s: a daemon's uplink cannot be a daemon", ifname)
 	}
 	l, cleanup, reason, err := claimLink(info, &o)
 	if err != nil {
+		h.Close()
 		dl.close()
 		return nil, fmt.Errorf("roce: uplink %s: %w", ifname, err)
 	}
+	cleanup = append([]func() error{dl.close, func() error { h.Close(); return nil }}, cleanup...)
 	u := &Uplink{Link: l, Name: info.name, Index: info.index, MTU: l.Props().MTU, HWAddr: info.hw,
-		Addrs: info.addrs, Reason: reason, cleanup: append([]func() error{dl.close}, cleanup...)}
+		Addrs: info.addrs, Reason: reason, cleanup: cleanup}
+	if len(l.Props().HWAddr) == 6 {
+		u.resolve = newNeighResolver(h, info, cmp.Or(o.NeighborTimeout, 3*time.Second))
+	}
 	if info.xdp != nil {
 		u.xdp = xdpCounters(info.xdp)
 	}
 	return u, nil
+}
+
+// Resolve returns the MAC address frames to ip leave with: that of ip on
+// the link or of the gateway the kernel routes it through, asking the
+// kernel to resolve it when needed (up to Options.NeighborTimeout, 3 s by
+// default). nil, nil on a link without MAC addresses (UDP). One call at a
+// time.
+func (u *Uplink) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
+	if u.resolve == nil {
+		return nil, nil
+	}
+	return u.resolve(ip)
 }
 
 // XDPCounters returns the steering program's verdict counters (nil, nil

@@ -78,6 +78,7 @@ type Stats struct {
 	DropWireBad    uint64
 	EgressFull     uint64
 	WireErrors     uint64
+	DropNoNeighbor uint64 // frames from clients without a MAC (another namespace) whose next hop is not resolved yet
 	Clients        []ClientStats
 }
 

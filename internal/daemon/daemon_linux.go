@@ -38,6 +38,7 @@ type Daemon struct {
 	closed    bool
 
 	eg     egress
+	neigh  neighbours
 	st     counters
 	wg     sync.WaitGroup
 	upDone chan struct{}
@@ -96,6 +97,8 @@ func Start(cfg Config) (*Daemon, error) {
 	d.eg.init(up.Link.Props().MaxFrame, 1024)
 	d.log.Info("daemon serving", "dev", up.Name, "link", up.Link.Props().Name, "reason", up.Reason,
 		"socket", path, "mode", fmt.Sprintf("%#o", cfg.Mode), "group", cfg.Group, "qpns_per_client", cfg.QPNs)
+	d.neigh.init()
+	go d.resolver()
 	go d.uplink()
 	d.wg.Add(1)
 	go d.accept()
@@ -170,6 +173,7 @@ func (d *Daemon) Close() error {
 		c.end()
 	}
 	d.wg.Wait()
+	d.neigh.close()
 	d.up.Link.Wake()
 	err := d.up.Close()
 	<-d.upDone

@@ -220,30 +220,49 @@ func TestPrivilegedSameHostBypass(t *testing.T) {
 // TestPrivilegedWire: a device attached to a daemon holding A by AF_XDP,
 // then by UDP, moves 8 MiB by WRITE, READ and SEND byte-exact to and from
 // a device that opens B itself with the same link; the daemon counts the
-// frames both ways on the wire and none switched.
+// frames both ways on the wire and none switched. Then the same from a
+// client in a third network namespace, which has no such interface and
+// reaches the daemon by its socket path: the daemon fills in the
+// destination MACs it cannot know.
 func TestPrivilegedWire(t *testing.T) {
 	netlab.Privileged(t)
-	for _, kind := range []roce.LinkKind{roce.LinkXSK, roce.LinkUDP} {
-		t.Run(kind.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		kind    roce.LinkKind
+		otherNS bool
+	}{{"xsk", roce.LinkXSK, false}, {"udp", roce.LinkUDP, false}, {"xsk-other-netns", roce.LinkXSK, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
 			sock := filepath.Join(t.TempDir(), "d.sock")
 			var d *Daemon
 			var x, y *roce.Device
 			if err := topo.A.NS.Do(func() error {
 				var err error
-				if d, err = Start(Config{Interface: topo.A.Name, Socket: sock, Link: kind}); err != nil {
-					return err
-				}
-				x, err = roce.Open(topo.A.Name, &roce.Options{Link: roce.LinkDaemon, Daemon: sock})
+				d, err = Start(Config{Interface: topo.A.Name, Socket: sock, Link: tc.kind})
 				return err
 			}); err != nil {
 				t.Fatal(err)
 			}
 			defer d.Close()
+			clientNS := topo.A.NS
+			if tc.otherNS {
+				ns, err := topo.Lab.AddNS("c")
+				if err != nil {
+					t.Fatal(err)
+				}
+				clientNS = ns
+			}
+			if err := clientNS.Do(func() error {
+				var err error
+				x, err = roce.Open(topo.A.Name, &roce.Options{Link: roce.LinkDaemon, Daemon: sock})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
 			defer x.Close()
 			if err := topo.B.NS.Do(func() error {
 				var err error
-				y, err = roce.Open(topo.B.Name, &roce.Options{Link: kind})
+				y, err = roce.Open(topo.B.Name, &roce.Options{Link: tc.kind})
 				return err
 			}); err != nil {
 				t.Fatal(err)
@@ -254,7 +273,8 @@ func TestPrivilegedWire(t *testing.T) {
 			if st.WireRx < 1000 || st.WireTx < 1000 || st.Switched != 0 {
 				t.Errorf("daemon stats %+v", st)
 			}
-			t.Logf("%s: link %q; daemon: %d frames in, %d out", kind, x.LinkName(), st.WireRx, st.WireTx)
+			t.Logf("%s: link %q; daemon: %d frames in, %d out, %d dropped waiting for a MAC",
+				tc.name, x.LinkName(), st.WireRx, st.WireTx, st.DropNoNeighbor)
 		})
 	}
 }

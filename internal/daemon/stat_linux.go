@@ -28,6 +28,7 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		{Name: "drop_wire_malformed", Value: st.DropWireBad},
 		{Name: "egress_full_waits", Value: st.EgressFull},
 		{Name: "wire_errors", Value: st.WireErrors},
+		{Name: "drop_no_neighbor", Value: st.DropNoNeighbor},
 		{Name: "open_fds", Value: openFDs()},
 		{Name: "goroutines", Value: uint64(runtime.NumGoroutine())},
 	}

@@ -19,6 +19,7 @@ type counters struct {
 	egressFull     atomic.Uint64 // times a client waited for room to the wire
 	wireErrors     atomic.Uint64 // uplink Receive or Send errors
 	wireNoBuffer   atomic.Uint64 // rounds the uplink had no transmit buffer for a queued frame
+	dropNoNeighbor atomic.Uint64 // client frames without a destination MAC whose next hop is not resolved yet
 	uplinkHdr      header
 	uplinkRx       [rxBatch][]byte
 	uplinkTx       [rxBatch][]byte
@@ -28,7 +29,7 @@ type counters struct {
 func (d *Daemon) Stats() Stats {
 	st := Stats{WireRx: d.st.wireRx.Load(), WireTx: d.st.wireTx.Load(), Switched: d.st.switched.Load(),
 		DropNoOwner: d.st.dropNoOwner.Load(), DropQP1: d.st.dropQP1.Load(), DropWireBad: d.st.dropWireBad.Load(),
-		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load()}
+		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load(), DropNoNeighbor: d.st.dropNoNeighbor.Load()}
 	d.mu.Lock()
 	for _, c := range d.clients {
 		st.Clients = append(st.Clients, ClientStats{ID: c.id, PID: c.pid, UID: c.uid, GID: c.gid, Command: c.cmd,
@@ -66,7 +67,13 @@ func (d *Daemon) fromClient(c *client, frame []byte) {
 		return
 	}
 	copy(snap[6:12], d.hw[:]) // the interface's MAC as the source
-	d.eg.push(frame, snap, d.up.Link)
+	if snap[0]|snap[1]|snap[2]|snap[3]|snap[4]|snap[5] == 0 && d.up.HWAddr != nil && !d.neigh.lookup(&h.dst, snap[:6]) {
+		d.st.dropNoNeighbor.Add(1)
+		return
+	}
+	if d.eg.push(frame, snap, d.up.Link) {
+		d.st.egressFull.Add(1)
+	}
 }
 
 // fromWire steers a frame the uplink received.
@@ -152,17 +159,19 @@ func (q *egress) init(maxFrame, n int) {
 }
 
 // push queues frame, its first len(hdr) bytes replaced by hdr, waiting for
-// room while the queue is full, and wakes the uplink when the queue was
-// empty (otherwise it is awake or about to drain).
-func (q *egress) push(frame, hdr []byte, l link.Link) {
+// room while the queue is full (it then reports true), and wakes the
+// uplink when the queue was empty (otherwise it is awake or about to
+// drain).
+func (q *egress) push(frame, hdr []byte, l link.Link) (waited bool) {
 	q.mu.Lock()
 	for q.count == len(q.slots) && !q.closed {
+		waited = true
 		l.Wake()
 		q.room.Wait()
 	}
 	if q.closed || len(frame) > len(q.slots[0]) {
 		q.mu.Unlock()
-		return
+		return waited
 	}
 	i := (q.head + q.count) % len(q.slots)
 	copy(q.slots[i], frame)
@@ -174,6 +183,7 @@ func (q *egress) push(frame, hdr []byte, l link.Link) {
 	if wake {
 		l.Wake()
 	}
+	return waited
 }
 
 // drain sends what is queued through l; it reports whether frames are
