@@ -99,3 +99,76 @@ func TestPrivilegedSocket(t *testing.T) {
 		t.Errorf("default sockets %q and %q", p1, p2)
 	}
 }
+
+// TestPrivilegedHostileClient: through a running daemon, a client writing
+// garbage, a UD frame claiming another client's source QPN and a frame from
+// a foreign address into its port reaches nobody (each counted); its one
+// well-formed frame for the other client's QPN arrives there byte-exact.
+func TestPrivilegedHostileClient(t *testing.T) {
+	netlab.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	var d *Daemon
+	if err := topo.A.NS.Do(func() error {
+		var err error
+		d, err = Start(Config{Interface: topo.A.Name, Socket: sock, Link: roce.LinkUDP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c1, w1, p1, err := proto.Dial(sock, "hostile", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	defer p1.Close()
+	c2, w2, p2, err := proto.Dial(sock, "victim", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	defer p2.Close()
+	local := topo.A.IPv4
+	good := frame(t, local, local, w2.QPNFirst+1, false, 0)
+	frames := [][]byte{
+		[]byte("\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x08\x00 garbage"),
+		frame(t, local, local, w2.QPNFirst+1, true, w2.QPNFirst+2),
+		frame(t, topo.B.IPv4, local, w2.QPNFirst+1, false, 0),
+		good,
+	}
+	bufs := make([][]byte, len(frames))
+	if n := p1.Alloc(bufs); n != len(bufs) {
+		t.Fatalf("alloc %d of %d", n, len(bufs))
+	}
+	for i, f := range frames {
+		bufs[i] = bufs[i][:copy(bufs[i], f)]
+	}
+	if err := p1.Send(bufs); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	fr := make([][]byte, 8)
+	deadline := time.Now().Add(2 * time.Second)
+	for len(got) < 1 && time.Now().Before(deadline) {
+		p2.Wait(50 * time.Millisecond)
+		n, _ := p2.Receive(fr)
+		for _, f := range fr[:n] {
+			got = append(got, append([]byte(nil), f...))
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	n, _ := p2.Receive(fr)
+	if len(got) != 1 || n != 0 || string(got[0]) != string(good) {
+		t.Errorf("the victim got %d frames, want the one well-formed frame", len(got)+n)
+	}
+	var hostile ClientStats
+	for _, c := range d.Stats().Clients {
+		if c.QPNFirst == w1.QPNFirst {
+			hostile = c
+		}
+	}
+	if hostile.DropMalformed != 1 || hostile.DropForeign != 1 || hostile.DropBadSource != 1 || hostile.FromClient != 4 {
+		t.Errorf("hostile client's counters %+v", hostile)
+	}
+}
