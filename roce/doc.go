@@ -49,7 +49,13 @@
 // time receives RoCE on an interface: when another holds it (its XDP program
 // would take the frames, or it has UDP port 4791 there), Open fails at once
 // with a *HeldError naming the process and what it holds, instead of opening
-// a link that could not receive. The GID table follows rxe: index 0 is the
+// a link that could not receive. The exception is an xdproce daemon
+// (`xdproce daemon --dev IF`), which holds an interface to share it: Open
+// with LinkAuto attaches to the daemon announced for the interface (or the
+// one Options.Daemon or $XDPROCE_DAEMON names; LinkDaemon insists) and runs
+// the device over a shared-memory port (link/shm) to it, with queue pair
+// numbers from the range the daemon gives; frames between two clients of a
+// daemon never reach the NIC. The GID table follows rxe: index 0 is the
 // fe80:: address made from the MAC (EUI-64), present even when IPv6 is
 // disabled; index 1 is the first IPv4 address as ::ffff:a.b.c.d; then the
 // other addresses. Destination MACs come from the kernel neighbour table

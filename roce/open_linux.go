@@ -15,13 +15,15 @@ import (
 
 // Open makes a Device on the network interface ifname: the GID table from its
 // addresses, the path MTU from its MTU, and the link chosen by opts.Link
-// (LinkAuto: AF_XDP when the process has the capabilities and the interface
-// takes the XDP program and sockets, else kernel UDP sockets; LinkName and
+// (LinkAuto: the xdproce daemon serving the interface when there is one,
+// else AF_XDP when the process has the capabilities and the interface takes
+// the XDP program and sockets, else kernel UDP sockets; LinkName and
 // LinkReason say which and why). Call it in the network namespace of the
 // interface (sockets and the netlink handle used for neighbour lookups stay
-// bound to it). The device follows the interface until it closes: its GID
-// table the addresses, its port state the link (up with carrier), with the
-// asynchronous events (AsyncEvents).
+// bound to it); with LinkDaemon and a daemon socket path, ifname need not
+// exist in this namespace. The device follows the interface until it
+// closes: its GID table the addresses, its port state the link (up with
+// carrier), with the asynchronous events (AsyncEvents).
 func Open(ifname string, opts *Options) (*Device, error) {
 	var o Options
 	if opts != nil {

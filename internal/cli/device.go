@@ -43,7 +43,7 @@ func permissionHint(msg string) string {
 	return hint
 }
 
-// linkFlag is --link auto|xsk|udp.
+// linkFlag is --link auto|xsk|udp|daemon.
 type linkFlag struct{ kind roce.LinkKind }
 
 func (l *linkFlag) String() string {

@@ -15,10 +15,11 @@ import (
 
 var serveCommand = &Command{
 	Name:       "serve",
-	ShortUsage: "xdproce serve --dev IF (--psk-file FILE | --tls-client-ca FILE | --insecure) [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE | --tls-dir DIR] | --tls-proxy PATH] [--overwrite] [--link auto|xsk|udp] [--capture FILE]",
+	ShortUsage: "xdproce serve --dev IF (--psk-file FILE | --tls-client-ca FILE | --insecure) [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE | --tls-dir DIR] | --tls-proxy PATH] [--overwrite] [--link auto|xsk|udp|daemon] [--daemon PATH] [--capture FILE]",
 	ShortHelp:  "accept file transfers (send, get) from authenticated peers",
-	LongHelp: `Serve attaches to the interface at start-up (AF_XDP with the XDP steering
-program when privileged, else kernel UDP sockets; --link chooses) and accepts
+	LongHelp: `Serve attaches to the interface at start-up (to the xdproce daemon serving
+it when there is one, else AF_XDP with the XDP steering program when
+privileged, else kernel UDP sockets; --link chooses) and accepts
 requests from other xdproce processes on a TCP control port (default 18515):
 files sent with 'xdproce send' land as DIR/NAME, and files asked for with
 'xdproce get' are read from DIR. It does not serve benchmarks: 'xdproce

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/xdproce/xdproce/internal/daemon/proto"
@@ -109,8 +110,15 @@ func Start(cfg Config) (*Daemon, error) {
 // a stale socket file replaced (one no daemon answers on), then mode and
 // group.
 func listen(path string, mode os.FileMode, group string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	// A directory another user owns could swap the socket for theirs.
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, err
+	} else if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("socket directory %s belongs to uid %d, not this process's %d", dir, st.Uid, os.Geteuid())
 	}
 	if _, err := os.Stat(path); err == nil {
 		if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
