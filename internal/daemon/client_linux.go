@@ -70,9 +70,11 @@ func (d *Daemon) accept() {
 // limits, QPN block, port. On success the client is served until it goes.
 func (d *Daemon) admit(conn *net.UnixConn) {
 	c := &client{d: d, conn: conn, since: time.Now()}
+	credErr := errors.New("no socket")
 	if raw, err := conn.SyscallConn(); err == nil {
 		raw.Control(func(fd uintptr) {
-			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			var cred *unix.Ucred
+			if cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); credErr == nil {
 				c.pid, c.uid, c.gid = cred.Pid, int32(cred.Uid), int32(cred.Gid)
 			}
 		})
@@ -81,6 +83,10 @@ func (d *Daemon) admit(conn *net.UnixConn) {
 		d.log.Warn("client refused", append([]any{"pid", c.pid, "uid", c.uid, "why", why}, args...)...)
 		proto.Write(conn, &proto.Welcome{Version: proto.Version, Error: why})
 		conn.Close()
+	}
+	if credErr != nil {
+		refuse("peer credentials unreadable: " + credErr.Error())
+		return
 	}
 	conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	var h proto.Hello

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xdproce/xdproce/roce"
@@ -31,6 +32,7 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		{Name: "drop_no_neighbor", Value: st.DropNoNeighbor},
 		{Name: "open_fds", Value: openFDs()},
 		{Name: "goroutines", Value: uint64(runtime.NumGoroutine())},
+		{Name: "rss_bytes", Value: rss()},
 	}
 	if c, err := d.up.XDPCounters(); err != nil {
 		snap.XDPError = err.Error()
@@ -54,6 +56,21 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		}
 	}
 	return snap
+}
+
+// rss is this process's resident set size in bytes (0 when /proc cannot be
+// read): ports are unmapped when their clients go.
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
 }
 
 // openFDs counts this process's open file descriptors (0 when /proc cannot
