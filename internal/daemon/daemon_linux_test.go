@@ -36,12 +36,11 @@ func endpoint(t *testing.T, d *roce.Device, q *roce.QP, psn uint32) roce.Endpoin
 }
 
 type scriptSide struct {
-	dev      *roce.Device
-	cq       *roce.CQ
-	qp       *roce.QP
-	buf      []byte
-	mr       *roce.MR
-	received []wcRec
+	dev *roce.Device
+	cq  *roce.CQ
+	qp  *roce.QP
+	buf []byte
+	mr  *roce.MR
 }
 
 func newScriptSide(t *testing.T, d *roce.Device, size int) *scriptSide {
