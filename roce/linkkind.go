@@ -6,8 +6,9 @@ import "fmt"
 type LinkKind int
 
 const (
-	// LinkAuto uses AF_XDP when the process is privileged and the interface
-	// supports it, and kernel UDP sockets otherwise.
+	// LinkAuto attaches to the xdproce daemon serving the interface when
+	// there is one, else uses AF_XDP when the process is privileged and the
+	// interface supports it, and kernel UDP sockets otherwise.
 	LinkAuto LinkKind = iota
 	// LinkXSK requires AF_XDP (link/xsk with the XDP steering program).
 	LinkXSK
