@@ -28,12 +28,15 @@ func (q *QP) checkOOOSend(wr *SendWR) error {
 	switch {
 	case wr.TID == 0:
 		return errors.New("qp: post send: OOO tid 0 (a context starts at 0: only a larger tid starts an operation)")
-	case wr.Notify&^(wire.NotifyBoth) != 0:
-		return fmt.Errorf("qp: post send: OOO notify %v (conditional and reserved bits are not supported)", wr.Notify)
+	case wr.Notify&^(wire.NotifyBoth|wire.NotifyToSelf) != 0:
+		return fmt.Errorf("qp: post send: OOO notify %v (reserved bits set)", wr.Notify)
 	case wr.Paths > MaxPaths:
 		return fmt.Errorf("qp: post send: %d paths, max %d", wr.Paths, MaxPaths)
 	case wr.RemoteCtx.ID() == 0:
 		return errors.New("qp: post send: OOO remote context id 0")
+	}
+	if err := checkCond(wr); err != nil {
+		return err
 	}
 	if wr.Opcode == WROOORead {
 		if len(wr.SGL) != 1 {

@@ -75,6 +75,7 @@ type ctxState struct {
 	peer   wire.Ctx    // the other side's context: where completions and READ responses go
 	tag    uint32      // the initiator's tag
 	wrID   uint64      // this side's operations: the work request, for the delivered completion
+	condQ  uint8       // this side's component: the conditional queue its delivered completion counts on
 	// READ source: the data and how far the response has gone.
 	srcVA  uint64
 	srcKey uint32

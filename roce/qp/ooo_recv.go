@@ -159,6 +159,7 @@ func (q *QP) oooTargetWC(s *ctxState, x wire.Ctx) {
 // oooDelivered completes this side's operation on context x: a
 // WCOOODelivered completion on the send CQ with the work request's id.
 func (q *QP) oooDelivered(s *ctxState, x wire.Ctx) {
+	q.condComponentDone(s)
 	q.scq.push(&WC{ID: s.wrID, Opcode: WCOOODelivered, ByteLen: s.total, QPN: q.qpn, Ctx: x, TID: s.tid, Tag: s.tag})
 }
 

@@ -24,6 +24,7 @@ type oooEngine struct {
 	work        [oooWorkSlots]oooWork
 	wHead, wLen uint32
 	srcCache    mr.Cache // the READ sources' region
+	cond        [MaxCondQueues]condQueue
 }
 
 // oooWork is one entry of the work queue.
@@ -43,6 +44,9 @@ type oooWR struct {
 	tag            uint32
 	paths          uint8
 	sinkRKey       uint32
+	condQ          uint8 // conditional queue (component or conditional request)
+	cond           Cond  // a conditional request's condition
+	met            bool  // the condition held at a count while it waited at the head
 }
 
 func (o *oooEngine) queue(w oooWork) bool {
@@ -69,7 +73,7 @@ func (o *oooEngine) pop() oooWork {
 func (q *QP) oooProgress(out Output) int64 {
 	o := q.ooo
 	budget := oooBudget
-	more := false
+	more, blocked := false, false
 	for n := o.wLen; n > 0 && budget > 0 && !more; n-- {
 		w := o.pop()
 		if w.cpl {
@@ -103,6 +107,17 @@ func (q *QP) oooProgress(out Output) int64 {
 				break
 			}
 			w := &q.sq[head&q.sqMask]
+			if !w.started && w.ooo.cond.Op != 0 {
+				wait, st := q.condGate(w)
+				if st != WCSuccess {
+					q.oooRetire(w, st)
+					continue
+				}
+				if wait {
+					blocked = true // until a count, Set, Clear or Fail
+					break
+				}
+			}
 			if !w.started {
 				if st := q.oooStart(w); st != WCSuccess {
 					q.oooRetire(w, st)
@@ -120,7 +135,7 @@ func (q *QP) oooProgress(out Output) int64 {
 				q.oooRetire(w, st)
 			}
 		}
-		more = more || q.comp.head != q.sqPosted.Load()
+		more = more || !blocked && q.comp.head != q.sqPosted.Load()
 	}
 	if more || o.wLen > 0 {
 		return q.e.now
@@ -155,7 +170,7 @@ func (q *QP) oooStart(w *sendWQE) WCStatus {
 		}
 		s.start(roleWriteInit, o.tid, uint32(w.length), q.e.pmtu)
 	}
-	s.peer, s.notify, s.tag, s.wrID = o.remoteCtx, o.notify, o.tag, w.id
+	s.peer, s.notify, s.tag, s.wrID, s.condQ = o.remoteCtx, o.notify, o.tag, w.id, o.condQ
 	return WCSuccess
 }
 
@@ -215,6 +230,8 @@ func (q *QP) oooRetire(w *sendWQE, st WCStatus) {
 	wc := WC{ID: w.id, Status: st, Opcode: w.opcode.wcOpcode(), QPN: q.qpn, Ctx: o.ctx, TID: o.tid, Tag: o.tag}
 	if st == WCSuccess {
 		wc.ByteLen = uint32(w.length)
+	} else {
+		q.condComponentFailed(w)
 	}
 	w.started = false
 	q.ooo.pkt = 0

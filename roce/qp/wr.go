@@ -94,6 +94,11 @@ type SendWR struct {
 	Tag       uint32      // echoed in the completions (WC.Tag)
 	Paths     uint8       // spread the packets over this many UDP source ports (ECMP); 0 or 1: one
 	SinkRKey  uint32      // WROOORead: the rkey of the region SGL[0] lies in (the response is placed by rkey)
+	// Conditional operations (docs/ooo.md): a component has Notify
+	// ToSelf|Initiator and CondQueue; a conditional request has CondQueue
+	// and Cond.
+	CondQueue uint8 // conditional queue 1..MaxCondQueues (0: none)
+	Cond      Cond  // the condition a conditional request waits for
 }
 
 // A RecvWR is a receive work request (ibv_recv_wr). PostRecv copies it.
