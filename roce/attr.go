@@ -63,11 +63,11 @@ type DeviceAttr struct {
 	// responder resources.
 	MaxResRdAtom int
 	AtomicCap    AtomicCap // AtomicHCA: compare-and-swap and fetch-and-add
-	MaxSRQ       int       // 0: no shared receive queues yet
-	MaxSRQWR     int
-	MaxSRQSGE    int
-	MaxPKeys     int // 1: the default P_Key 0xffff
-	PhysPortCnt  int // 1
+	MaxSRQ       int       // shared receive queues (MaxSRQ)
+	MaxSRQWR     int       // work requests per SRQ (SRQConfig.MaxWR)
+	MaxSRQSGE    int       // SGEs per SRQ work request (SRQConfig.MaxSGE)
+	MaxPKeys     int       // 1: the default P_Key 0xffff
+	PhysPortCnt  int       // 1
 }
 
 // PortState is a port's logical state (enum ibv_port_state).
@@ -182,7 +182,8 @@ func deviceAttr(hw [6]byte, o *Options) DeviceAttr {
 		MaxQPRdAtom: qp.MaxRdAtomicLimit, MaxQPInitRdAtom: qp.MaxRdAtomicLimit,
 		MaxResRdAtom: maxQP * qp.MaxRdAtomicLimit,
 		AtomicCap:    AtomicHCA,
-		MaxPKeys:     1, PhysPortCnt: 1,
+		MaxSRQ:       qp.MaxSRQ, MaxSRQWR: qp.MaxWR, MaxSRQSGE: qp.MaxSGELimit,
+		MaxPKeys: 1, PhysPortCnt: 1,
 	}
 }
 

@@ -34,7 +34,7 @@ func TestQueryLimits(t *testing.T) {
 		{"max_qp", a.MaxQP, 3}, {"max_mr", a.MaxMR, 2},
 		{"node_guid", a.NodeGUID, guid}, {"sys_image_guid", a.SysImageGUID, guid},
 		{"vendor_id", a.VendorID, uint32(0xffffff)}, {"atomic_cap", a.AtomicCap.String(), "ATOMIC_HCA"},
-		{"max_srq", a.MaxSRQ, 0}, {"phys_port_cnt", a.PhysPortCnt, 1}, {"fw_ver", a.FWVer, "0.0.0"},
+		{"max_srq", a.MaxSRQ, 1 << 16}, {"max_srq_wr", a.MaxSRQWR, 1 << 15}, {"max_srq_sge", a.MaxSRQSGE, 32}, {"phys_port_cnt", a.PhysPortCnt, 1}, {"fw_ver", a.FWVer, "0.0.0"},
 		{"max_res_rd_atom", a.MaxResRdAtom, 3 * a.MaxQPRdAtom},
 	}
 	for _, c := range fixed {

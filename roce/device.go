@@ -209,7 +209,8 @@ type Device struct {
 	cleanup   []func() error
 
 	st     statCounters
-	events asyncQueue // asynchronous events (events.go)
+	events asyncQueue   // asynchronous events (events.go)
+	srqs   atomic.Int32 // shared receive queues (srq.go)
 
 	ctxPool *qp.ContextPool // OOO contexts (nil until the first OOO queue pair)
 	oooQPs  atomic.Int32    // OOO queue pairs alive: the engine accepts OOO opcodes
@@ -235,6 +236,7 @@ type qpEntry struct {
 	failures uint32 // q.Failures() when events were last raised (qpEvents)
 	commEst  bool   // communication established seen, or RTR passed (qpEvents)
 	resets   uint32 // q.Resets() when commEst was last re-armed (qpEvents)
+	lastWQE  uint32 // q.LastWQEReached() when events were last raised (qpEvents)
 }
 
 type statCounters struct {

@@ -32,11 +32,13 @@ const (
 	// EventPortError: the port went down (the interface was set down or
 	// lost carrier).
 	EventPortError AsyncEventType = 10 // IBV_EVENT_PORT_ERR
-	// EventSRQLimitReached is defined for shared receive queues, which
-	// xdproce does not have yet: it is never raised.
+	// EventSRQLimitReached: a queue pair took a WQE from a shared receive
+	// queue and fewer than its armed limit remain (SRQ.ModifyLimit); the
+	// limit is disarmed, so it fires once per arming.
 	EventSRQLimitReached AsyncEventType = 15 // IBV_EVENT_SRQ_LIMIT_REACHED
-	// EventQPLastWQEReached is raised for a queue pair on a shared receive
-	// queue, which xdproce does not have yet: it is never raised.
+	// EventQPLastWQEReached: a queue pair on a shared receive queue entered
+	// the error state and will take no more of its WQEs (the one it held,
+	// if any, completed with WR_FLUSH_ERR); once per entry into Error.
 	EventQPLastWQEReached AsyncEventType = 16 // IBV_EVENT_QP_LAST_WQE_REACHED
 	// EventGIDChange: the GID table changed (an address of the interface
 	// was added or removed); Device.GIDs has the new table.
@@ -57,6 +59,9 @@ type AsyncEvent struct {
 	// Port is the port of EventPortActive, EventPortError and
 	// EventGIDChange: always 1 (0 for the others).
 	Port int
+	// SRQ is the shared receive queue of EventSRQLimitReached (nil for the
+	// others).
+	SRQ *SRQ
 }
 
 func (ev AsyncEvent) String() string {
@@ -143,6 +148,10 @@ func (e *engine) qpEvents(q *qpEntry, received bool) {
 	if f := q.q.Failures(); f != q.failures {
 		q.failures = f
 		e.d.events.raise(AsyncEvent{Type: EventQPFatal, QPN: q.qpn})
+	}
+	if n := q.q.LastWQEReached(); n != q.lastWQE {
+		q.lastWQE = n
+		e.d.events.raise(AsyncEvent{Type: EventQPLastWQEReached, QPN: q.qpn})
 	}
 	if r := q.q.Resets(); r != q.resets {
 		q.resets = r

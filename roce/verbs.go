@@ -86,6 +86,9 @@ type QPConfig struct {
 	// roce/qp default). A small window makes go-back-N recovery cheap on
 	// lossy paths.
 	SendWindow int
+	// SRQ: the queue pair (RC or UD) receives on this shared receive queue
+	// of the same PD; MaxRecvWR is ignored and PostRecv refused.
+	SRQ *SRQ
 }
 
 // A QP is a queue pair of a Device. Post and Modify may be called from any
@@ -104,6 +107,10 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
 		return nil, errors.New("roce: create qp: SendCQ and RecvCQ are required")
 	}
+	srq, err := d.srqOf(cfg.SRQ)
+	if err != nil {
+		return nil, fmt.Errorf("roce: create qp: %w", err)
+	}
 	var pool *qp.ContextPool
 	if cfg.Type == qp.OOO {
 		var err error
@@ -115,7 +122,7 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		q, err := qp.New(qp.Config{
 			Type: cfg.Type, PD: p.pd, Table: d.tbl, SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ,
 			MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
-			MaxInline: cfg.MaxInline, QPN: n, SendWindow: cfg.SendWindow, Contexts: pool,
+			MaxInline: cfg.MaxInline, QPN: n, SendWindow: cfg.SendWindow, Contexts: pool, SRQ: srq,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("roce: create qp: %w", err)

@@ -75,6 +75,9 @@ type Config struct {
 	FixedWindow bool
 	// Contexts is the device's OOO context pool (Type OOO only, required).
 	Contexts *ContextPool
+	// SRQ: the queue pair receives on this shared receive queue (RC and UD;
+	// same PD) instead of its own; MaxRecvWR is then ignored.
+	SRQ *SRQ
 }
 
 // A QP is a queue pair. See the package documentation for which methods may
@@ -125,6 +128,8 @@ type QP struct {
 	// The regions the data path last touched (mr.Cache): the packets of a
 	// message name one key, so most skip the table's lock and map.
 	lkeyCache, rkeyCache mr.Cache
+
+	srqRecv srqRecv // on an SRQ: the WQE of the message in progress
 
 	stats Stats
 }
@@ -184,7 +189,19 @@ func New(cfg Config) (*QP, error) {
 	if err := def(&cfg.SendWindow, DefaultSendWindow, 1<<22, "SendWindow"); err != nil {
 		return nil, err
 	}
+	if cfg.SRQ != nil {
+		if cfg.Type != RC && cfg.Type != UD {
+			return nil, fmt.Errorf("qp: new: a %v queue pair on a shared receive queue", cfg.Type)
+		}
+		cfg.MaxRecvWR = 1 // the SRQ holds the receive WQEs
+		if err := cfg.SRQ.attach(cfg.PD); err != nil {
+			return nil, fmt.Errorf("qp: new: %w", err)
+		}
+	}
 	if err := cfg.PD.Hold(); err != nil {
+		if cfg.SRQ != nil {
+			cfg.SRQ.detach()
+		}
 		return nil, fmt.Errorf("qp: new: %w", err)
 	}
 	q := &QP{
@@ -221,6 +238,10 @@ func New(cfg Config) (*QP, error) {
 	for i := range q.rq {
 		o := (ns + i) * cfg.MaxSGE
 		q.rq[i].sglBuf = sges[o : o+cfg.MaxSGE : o+cfg.MaxSGE]
+	}
+	if cfg.SRQ != nil {
+		q.srqRecv.srq = cfg.SRQ
+		q.srqRecv.cur.sglBuf = make([]mr.SGE, cfg.SRQ.maxSGE)
 	}
 	q.e.state = Reset
 	q.initEngines()
@@ -278,6 +299,9 @@ func (q *QP) Destroy() error {
 	q.mu.Unlock()
 	if q.ooo != nil {
 		q.ooo.pool.ReleaseAll(q.qpn)
+	}
+	if s := q.srqRecv.srq; s != nil {
+		s.detach()
 	}
 	q.pd.Release()
 	return nil
@@ -556,6 +580,9 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 func (q *QP) PostRecv(wr *RecvWR) error {
 	if wr == nil {
 		return errors.New("qp: post recv: nil work request")
+	}
+	if q.srqRecv.srq != nil {
+		return errors.New("qp: post recv: the queue pair receives on a shared receive queue (post to it)")
 	}
 	if len(wr.SGL) > q.maxSGE {
 		return fmt.Errorf("qp: post recv: %d SGEs, max %d", len(wr.SGL), q.maxSGE)

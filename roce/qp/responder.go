@@ -34,6 +34,7 @@ type responder struct {
 	epsn    uint32 // expected PSN
 	msn     uint32 // message sequence number (24 bits)
 	nakSent bool   // a PSN/RNR NAK went out: drop out-of-order packets until epsn comes
+	lastWQE bool   // on an SRQ: last WQE reached counted since the last reset
 	seq     seqKind
 	rqHead  uint32 // next receive WQE (free-running)
 	recvOff uint64 // bytes of the current SEND placed in rq[rqHead]
@@ -223,7 +224,7 @@ func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
 			q.queueAck(k.syndrome, k.nakPSN)
 			q.e.finalNAK = true
 			// A receive WQE in use completes in error (class C).
-			if q.resp.rqHead != q.rqPosted.Load() && (q.resp.seq == seqSend || k.status != WCSuccess) {
+			if q.recvInUse() && (q.resp.seq == seqSend || k.status != WCSuccess) {
 				st := k.status
 				if st == WCSuccess {
 					st = nakStatus(k.syndrome)
@@ -318,11 +319,11 @@ func (q *QP) respCheckResource(k *respPkt) respState {
 	last := pos == wire.PosLast || pos == wire.PosOnly
 	switch k.info.Kind {
 	case wire.KindSend:
-		if first && r.rqHead == q.rqPosted.Load() {
+		if first && q.recvEmpty() {
 			return respErrRNR
 		}
 	case wire.KindWrite:
-		if last && k.info.Headers&wire.HasImmDt != 0 && r.rqHead == q.rqPosted.Load() {
+		if last && k.info.Headers&wire.HasImmDt != 0 && q.recvEmpty() {
 			return respErrRNR
 		}
 	case wire.KindReadRequest, wire.KindCompareSwap, wire.KindFetchAdd:
@@ -433,7 +434,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 		if pos == wire.PosFirst || pos == wire.PosOnly {
 			r.recvOff = 0
 		}
-		rqe := &q.rq[r.rqHead&q.rqMask]
+		rqe := q.recvHead()
 		if st := q.sglCopy(rqe.sgl, r.recvOff, p.Payload, true); st != WCSuccess {
 			k.status = st
 			if st == WCLocLenErr {
@@ -480,7 +481,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 			r.seq = seqNone
 			r.msn = (r.msn + 1) & wire.PSNMask
 			if k.info.Headers&wire.HasImmDt != 0 {
-				rqe := &q.rq[r.rqHead&q.rqMask]
+				rqe := q.recvHead()
 				wc := WC{ID: rqe.id, Opcode: WCRecvRDMAWithImm, ByteLen: uint32(r.wLen), ImmData: p.ImmDt,
 					WithImm: true, QPN: q.qpn, SrcQPN: q.e.attr.DestQPN}
 				q.pushRecv(&wc)
@@ -524,9 +525,13 @@ func (q *QP) respExecute(k *respPkt) respState {
 // reposts as soon as it polls the WC finds room.
 func (q *QP) pushRecv(wc *WC) {
 	r := &q.resp
-	r.rqHead++
 	r.recvOff = 0
-	q.rqDone.Store(r.rqHead)
+	if q.srqRecv.srq != nil {
+		q.srqRecv.held = false
+	} else {
+		r.rqHead++
+		q.rqDone.Store(r.rqHead)
+	}
 	if wc.Status == WCSuccess {
 		q.stats.inc(CtrRecvsDone)
 	}
@@ -536,6 +541,10 @@ func (q *QP) pushRecv(wc *WC) {
 // flushRecv completes every posted receive WQE with a flush error (the QP
 // is in Error).
 func (q *QP) flushRecv() {
+	if q.srqRecv.srq != nil {
+		q.flushSRQRecv()
+		return
+	}
 	r := &q.resp
 	rposted := q.rqPosted.Load()
 	for r.rqHead != rposted {
@@ -549,7 +558,7 @@ func (q *QP) flushRecv() {
 
 // completeRecv completes the receive WQE at the head in error.
 func (q *QP) completeRecv(st WCStatus) {
-	wc := WC{ID: q.rq[q.resp.rqHead&q.rqMask].id, Status: st, Opcode: WCRecv, QPN: q.qpn}
+	wc := WC{ID: q.recvHead().id, Status: st, Opcode: WCRecv, QPN: q.qpn}
 	q.pushRecv(&wc)
 }
 

@@ -12,15 +12,14 @@ import (
 // respUD receives a UD SEND: Q_Key check, then the
 // 40-byte GRH area and the payload into the next receive WQE.
 func (q *QP) respUD(k *respPkt) respState {
-	r := &q.resp
 	p := k.p
 	if k.info.Kind != wire.KindSend || p.DETH.QKey != q.e.attr.QKey {
 		return respDrop // Q_Key violation: silently dropped (IBA 9.6)
 	}
-	if r.rqHead == q.rqPosted.Load() {
+	if q.recvEmpty() {
 		return respDrop // UD has no RNR: the datagram is lost
 	}
-	rqe := &q.rq[r.rqHead&q.rqMask]
+	rqe := q.recvHead()
 	var grh [GRHLen]byte
 	buildGRH(&grh, p)
 	n := uint64(len(p.Payload))
