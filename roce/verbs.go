@@ -141,6 +141,9 @@ func (q *QP) QPN() uint32 { return q.e.qpn }
 // Type is the queue pair's transport type.
 func (q *QP) Type() QPType { return q.typ }
 
+// Device is the queue pair's device.
+func (q *QP) Device() *Device { return q.d }
+
 // Modify changes the queue pair's state and attributes as ibv_modify_qp does.
 // When the link forces a UDP source port (link/udp), the address vector's
 // SrcPort is set to it.

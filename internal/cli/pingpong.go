@@ -75,10 +75,26 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 	ibPort := fs.Int("i", 1, "`port` of the device (only 1)")
 	fs.Bool("e", false, "sleep on completion events (accepted; xdproce never spins on the CQ)")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long the client retries the connection")
+	uc := fs.Bool("uc", false, "speak ibv_uc_pingpong (a UC queue pair)")
+	ud := fs.Bool("ud", false, "speak ibv_ud_pingpong (a UD queue pair; -s at most the path MTU)")
+	srq := fs.Bool("srq", false, "speak ibv_srq_pingpong (-q RC queue pairs on one shared receive queue of -r receives)")
+	numQP := fs.Int("q", 16, "queue `pairs` of --srq")
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce pingpong"
 		if len(args) > 1 {
 			return usageErrorf(cmd, "want at most one HOST, got %q", args)
+		}
+		mode, err := pickMode(*uc, *ud, *srq)
+		if err != nil {
+			return usageErrorf(cmd, "%v", err)
+		}
+		switch {
+		case mode == modeSRQ && (*numQP <= 0 || *numQP > cm.SRQPingpongMsgs):
+			return usageErrorf(cmd, "-q %d: want 1 to %d queue pairs", *numQP, cm.SRQPingpongMsgs)
+		case mode == modeSRQ && (*rx < *numQP || *rx > roce.MaxWR):
+			return usageErrorf(cmd, "-r %d: want %d (one receive per queue pair) to %d", *rx, *numQP, roce.MaxWR)
+		case mode == modeUD && *size > *mtu:
+			return usageErrorf(cmd, "-s %d: a UD message fits one packet, at most -m (%d)", *size, *mtu)
 		}
 		switch {
 		case *size <= 0 || *size > 1<<30:
@@ -137,12 +153,19 @@ func setupPingpong(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 			return fmt.Errorf("pingpong: %w", interrupted(ctx, err))
 		}
 		defer conn.Close()
-		res, err := p.agreeAndRun(ctx, conn, client)
+		var lines []string
+		if mode == modeRC {
+			var res toolpeer.PingpongResult
+			res, err = p.agreeAndRun(ctx, conn, client)
+			lines = res.Lines()
+		} else {
+			lines, err = p.runMode(ctx, conn, client, mode, *numQP, *rx)
+		}
 		st := dev.Stats()
 		if err != nil {
 			return fmt.Errorf("pingpong: %w (retransmissions %d)", interrupted(ctx, notToolServer(err, "pingpong")), st.Retransmits)
 		}
-		for _, l := range res.Lines() {
+		for _, l := range lines {
 			fmt.Fprintln(env.Stdout, l)
 		}
 		fmt.Fprintf(env.Stderr, "pingpong: %s over %s, path MTU %d, retransmissions %d\n", dev.Name(), dev.LinkName(), pathMTU.Bytes(), st.Retransmits)

@@ -47,16 +47,22 @@ type PingpongResult struct {
 // Lines are ibv_rc_pingpong's output lines for the run: the two address lines, then bytes and
 // iterations with their rates.
 func (r PingpongResult) Lines() []string {
-	usec := float64(r.Elapsed.Microseconds())
+	return append([]string{
+		"  local address:  " + r.Local.String(),
+		"  remote address: " + r.Remote.String(),
+	}, rateLines(r.Size, r.Iters, r.Elapsed)...)
+}
+
+// rateLines are the pingpong tools' last two lines: bytes (both directions) and iterations.
+func rateLines(size, iters int, elapsed time.Duration) []string {
+	usec := float64(elapsed.Microseconds())
 	if usec <= 0 {
 		usec = 1
 	}
-	bytes := int64(r.Size) * int64(r.Iters) * 2
+	bytes := int64(size) * int64(iters) * 2
 	return []string{
-		"  local address:  " + r.Local.String(),
-		"  remote address: " + r.Remote.String(),
 		fmt.Sprintf("%d bytes in %.2f seconds = %.2f Mbit/sec", bytes, usec/1e6, float64(bytes)*8/usec),
-		fmt.Sprintf("%d iters in %.2f seconds = %.2f usec/iter", r.Iters, usec/1e6, usec/float64(r.Iters)),
+		fmt.Sprintf("%d iters in %.2f seconds = %.2f usec/iter", iters, usec/1e6, usec/float64(iters)),
 	}
 }
 
@@ -129,15 +135,35 @@ func (p *Peer) Pingpong(ctx context.Context, conn net.Conn, client bool, size, i
 	if size <= 0 || iters <= 0 {
 		return res, fmt.Errorf("toolpeer: pingpong: size %d and iterations %d must be positive", size, iters)
 	}
-	if err := p.check(2 * size); err != nil {
+	// RC and UC: receive half, then send half. UD (ibv_ud_pingpong): receives of size bytes
+	// behind the 40-byte GRH area, sends of size bytes to the address handle.
+	ud := p.QP.Type() == roce.UD
+	recvLen := size
+	if ud {
+		recvLen += roce.GRHLen
+	}
+	if err := p.check(recvLen + size); err != nil {
 		return res, err
 	}
 	res.Local = cm.PingpongDest{QPN: p.QP.QPN(), PSN: p.psn(), GID: p.GID}
+	var ah *roce.AH
 	ready := func(r cm.PingpongDest) error {
-		if err := p.connect(r.QPN, r.PSN, r.GID); err != nil {
+		var err error
+		if ud {
+			ah, err = p.activateUD(r)
+		} else {
+			err = p.connect(r.QPN, r.PSN, r.GID)
+		}
+		if err != nil {
 			return err
 		}
-		return p.postRecvs(iters, 0, size)
+		return p.postRecvs(iters, 0, recvLen)
+	}
+	send := func() error {
+		if ud {
+			return p.sendAH(recvLen, size, ah)
+		}
+		return p.send(size, size)
 	}
 	var err error
 	if client {
@@ -156,7 +182,7 @@ func (p *Peer) Pingpong(ctx context.Context, conn net.Conn, client bool, size, i
 	scnt, rcnt := 0, 0
 	t0 := time.Now()
 	if client {
-		if err := p.send(size, size); err != nil {
+		if err := send(); err != nil {
 			return res, err
 		}
 		pending |= pSend
@@ -173,14 +199,14 @@ func (p *Peer) Pingpong(ctx context.Context, conn net.Conn, client bool, size, i
 				scnt++
 				pending &^= pSend
 			case toolRecvID:
-				if int(wc.ByteLen) != size {
-					return res, fmt.Errorf("toolpeer: pingpong: received %d bytes, want %d", wc.ByteLen, size)
+				if int(wc.ByteLen) != recvLen {
+					return res, fmt.Errorf("toolpeer: pingpong: received %d bytes, want %d", wc.ByteLen, recvLen)
 				}
 				rcnt++
 				pending &^= pRecv
 			}
 			if scnt < iters && pending == 0 {
-				if err := p.send(size, size); err != nil {
+				if err := send(); err != nil {
 					return res, err
 				}
 				pending = pRecv | pSend
