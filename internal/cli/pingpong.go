@@ -18,8 +18,8 @@ import (
 
 var pingpongCommand = &Command{
 	Name:       "pingpong",
-	ShortUsage: "xdproce pingpong --dev IF [-g N] [-s SIZE] [-n ITERS] [-m MTU] [-p PORT] [HOST]",
-	ShortHelp:  "ping-pong SENDs with a peer as rdma-core's ibv_rc_pingpong does (its exchange, flags and output)",
+	ShortUsage: "xdproce pingpong --dev IF [--uc | --ud | --srq [-q QPS]] [-g N] [-s SIZE] [-n ITERS] [-m MTU] [-p PORT] [HOST]",
+	ShortHelp:  "ping-pong SENDs with a peer as rdma-core's ibv_rc_pingpong (or uc, ud, srq) does (its exchange, flags and output)",
 	LongHelp: `Pingpong is rdma-core's ibv_rc_pingpong on xdproce: one RC queue pair,
 SENDs of SIZE bytes bounced ITERS times each way. Without HOST it is the
 server (it waits for one client on TCP port -p of the --dev interface only,
@@ -47,6 +47,15 @@ is lowered to it, with a note), -p the TCP port. -r, -l, -i and -e are
 accepted for command lines written for ibv_rc_pingpong: every receive is
 posted up front (so -n is at most 32768), RoCE has no service level, there is
 one port, and completions are waited for without spinning anyway.
+
+--uc, --ud and --srq speak ibv_uc_pingpong's, ibv_ud_pingpong's and
+ibv_srq_pingpong's exchanges and loops instead: a UC queue pair; a UD queue
+pair (Q_Key 0x11111111, receives of -s bytes behind the 40-byte GRH area, -s
+at most -m); -q RC queue pairs (default 16) on one shared receive queue of -r
+receives (default 500, reposted as the tool does), 256 address messages each
+way, -n counting the iterations of all queue pairs together. These agree on
+nothing with another xdproce: give both sides the same flags. --srq prints an
+address line per queue pair each way.
 
 Standard output gets ibv_rc_pingpong's four lines: both addresses (LID, QPN,
 PSN, GID), bytes moved (both directions) with the rate in Mbit/s, and
