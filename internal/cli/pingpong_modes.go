@@ -28,14 +28,6 @@ const (
 	modeSRQ pingpongMode = "srq"
 )
 
-// tool names the rdma-core program the mode speaks with.
-func (m pingpongMode) tool() string {
-	if m == modeRC {
-		return "ibv_rc_pingpong"
-	}
-	return "ibv_" + string(m) + "_pingpong"
-}
-
 // pickMode returns the mode of the --uc, --ud and --srq flags, or an error when more than one
 // is set.
 func pickMode(uc, ud, srq bool) (pingpongMode, error) {
