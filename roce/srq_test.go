@@ -296,3 +296,37 @@ func TestSRQLastWQEAndDestroy(t *testing.T) {
 		t.Errorf("post after destroy: %v", err)
 	}
 }
+
+// TestSRQDataPathNoAllocs: posting to an SRQ and receiving a SEND through it (the queue pair
+// taking the WQE, the limit checked) allocate nothing.
+func TestSRQDataPathNoAllocs(t *testing.T) {
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	r := newSRQSide(t, p.b, roce.RC, 2, roce.SRQConfig{MaxWR: 4})
+	xs := connectSRQ(t, p, r, nil)
+	if err := r.srq.ModifyLimit(1); err != nil {
+		t.Fatal(err)
+	}
+	wr := roce.SendWR{Opcode: roce.WRSend, Flags: roce.Signaled, SGL: []roce.SGE{xs[0].sge(0, 3000)}}
+	rwr := roce.RecvWR{ID: 1, SGL: []roce.SGE{r.sge(0, 4096)}}
+	var wcs [1]roce.WC
+	run := func() {
+		if err := r.srq.PostRecv(rwr); err != nil {
+			t.Fatal(err)
+		}
+		if err := xs[0].qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := xs[0].scq.Wait(t.Context(), wcs[:]); n != 1 || err != nil || wcs[0].Status != roce.WCSuccess {
+			t.Fatalf("completion %+v, %v", wcs[0], err)
+		}
+		if n, err := r.rcq.Wait(t.Context(), wcs[:]); n != 1 || err != nil || wcs[0].Status != roce.WCSuccess {
+			t.Fatalf("receive completion %+v, %v", wcs[0], err)
+		}
+	}
+	for range 200 {
+		run()
+	}
+	if a := testing.AllocsPerRun(500, run); a != 0 {
+		t.Errorf("%v allocations per SEND through an SRQ, want 0", a)
+	}
+}
