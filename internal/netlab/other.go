@@ -5,6 +5,9 @@ package netlab
 import (
 	"fmt"
 	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Do needs Linux network namespaces (setns(2)); elsewhere it fails.
@@ -15,4 +18,10 @@ func (n *NS) Do(fn func() error) error {
 // openPacket needs Linux (AF_PACKET); elsewhere the relay cannot start.
 func openPacket(ifindex int) (int, error) {
 	return -1, fmt.Errorf("AF_PACKET needs Linux, not %s", runtime.GOOS)
+}
+
+// pollIn waits up to timeout, rounded up to milliseconds, for pfd's events.
+func pollIn(pfd []unix.PollFd, timeout time.Duration) error {
+	_, err := unix.Poll(pfd, int((timeout+time.Millisecond-1)/time.Millisecond))
+	return err
 }

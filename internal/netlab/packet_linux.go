@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,3 +29,11 @@ func openPacket(ifindex int) (int, error) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// pollIn waits up to timeout (nanosecond resolution, so a bottleneck's pacing
+// and a delay need not round to milliseconds) for the poll events of pfd.
+func pollIn(pfd []unix.PollFd, timeout time.Duration) error {
+	ts := unix.NsecToTimespec(int64(timeout))
+	_, err := unix.Ppoll(pfd, &ts, nil)
+	return err
+}

@@ -41,24 +41,33 @@ type RelayConfig struct {
 	// Filter, when set, selects the frames that may be impaired; the others
 	// (e.g. ARP) are forwarded untouched.
 	Filter func(frame []byte) bool
+	// Bottleneck, when its Rate is set, shapes the a→b direction (frames
+	// read on StartRelay's first interface) after the impairments above.
+	// It is fixed when the relay starts.
+	Bottleneck Bottleneck
 }
 
 // RelayStats counts what a relay did, both directions together.
 type RelayStats struct {
 	Received, Forwarded                          uint64 // frames read; frames written (duplicates included)
+	ForwardedBytes                               uint64 // bytes of the frames written
 	Lost, Reordered, Duplicated, Corrupted       uint64 // impairments applied
 	Delayed, Overflow, SendErrors, ReceiveErrors uint64
+	// Bottleneck counts the a→b bottleneck's work; zero without one.
+	Bottleneck BottleneckStats
 }
 
 type relayCounters struct {
-	received, forwarded, lost, reordered, duplicated, corrupted atomic.Uint64
-	delayed, overflow, sendErrors, receiveErrors                atomic.Uint64
+	received, forwarded, forwardedBytes, lost, reordered, duplicated, corrupted atomic.Uint64
+	delayed, overflow, sendErrors, receiveErrors                                atomic.Uint64
+	bn                                                                          bottleneckCounters
 }
 
 // A Relay forwards Ethernet frames between two interfaces of one namespace
 // through AF_PACKET sockets, impairing them as configured.
 type Relay struct {
-	cfg   RelayConfig
+	cfg   RelayConfig                 // as started
+	imp   atomic.Pointer[RelayConfig] // the impairments in force (Impair changes them)
 	fds   [2]int
 	c     relayCounters
 	stop  atomic.Bool
@@ -73,21 +82,20 @@ func (l *Lab) StartRelay(a, b *Iface, cfg RelayConfig) (*Relay, error) {
 	if a.NS != b.NS {
 		return nil, errors.New("netlab: relay: interfaces in different namespaces")
 	}
-	for _, p := range []float64{cfg.Loss, cfg.Reorder, cfg.Duplicate, cfg.Corrupt} {
-		if p < 0 || p > 1 {
-			return nil, fmt.Errorf("netlab: relay: probability %v outside [0, 1]", p)
-		}
-	}
-	if cfg.CorruptFrom <= 0 {
-		cfg.CorruptFrom = 42
-	}
-	if cfg.ReorderHold <= 0 {
-		cfg.ReorderHold = 2 * time.Millisecond
+	if err := cfg.checkImpairments(); err != nil {
+		return nil, err
 	}
 	if cfg.Queue <= 0 {
 		cfg.Queue = 4096
 	}
+	mtu := max(a.MTU, b.MTU)
+	if cfg.Bottleneck.Rate > 0 {
+		if err := cfg.Bottleneck.check(mtu + 18); err != nil {
+			return nil, err
+		}
+	}
 	r := &Relay{cfg: cfg, fds: [2]int{-1, -1}, start: time.Now()}
+	r.imp.Store(&cfg)
 	err := a.NS.Do(func() error {
 		for i, e := range []*Iface{a, b} {
 			fd, err := openPacket(e.Index)
@@ -102,7 +110,6 @@ func (l *Lab) StartRelay(a, b *Iface, cfg RelayConfig) (*Relay, error) {
 		r.closeFDs()
 		return nil, err
 	}
-	mtu := max(a.MTU, b.MTU)
 	for dir := range 2 {
 		d := &relayDir{
 			r: r, in: r.fds[dir], out: r.fds[1-dir],
@@ -118,6 +125,10 @@ func (l *Lab) StartRelay(a, b *Iface, cfg RelayConfig) (*Relay, error) {
 			d.free[i] = i
 		}
 		d.held = -1
+		d.write = d.writeOut
+		if dir == 0 && cfg.Bottleneck.Rate > 0 {
+			d.bn = newBottleneck(cfg.Bottleneck, mtu+18, d.rng, &r.c.bn)
+		}
 		r.wg.Add(1)
 		go d.run()
 	}
@@ -127,14 +138,46 @@ func (l *Lab) StartRelay(a, b *Iface, cfg RelayConfig) (*Relay, error) {
 	return r, nil
 }
 
+// checkImpairments validates the probabilities and fills in the defaults of
+// CorruptFrom and ReorderHold.
+func (cfg *RelayConfig) checkImpairments() error {
+	for _, p := range []float64{cfg.Loss, cfg.Reorder, cfg.Duplicate, cfg.Corrupt} {
+		if p < 0 || p > 1 {
+			return fmt.Errorf("netlab: relay: probability %v outside [0, 1]", p)
+		}
+	}
+	if cfg.CorruptFrom <= 0 {
+		cfg.CorruptFrom = 42
+	}
+	if cfg.ReorderHold <= 0 {
+		cfg.ReorderHold = 2 * time.Millisecond
+	}
+	return nil
+}
+
+// Impair replaces the relay's impairments (Loss, Reorder, Duplicate,
+// Corrupt, CorruptFrom, Delay, Jitter, ReorderHold, Filter) with cfg's, for
+// the frames read from now on: a running leg can be made lossy, blackholed
+// (Loss 1) or clean again. cfg's Seed, Queue and Bottleneck are not used:
+// they are fixed when the relay starts.
+func (r *Relay) Impair(cfg RelayConfig) error {
+	if err := cfg.checkImpairments(); err != nil {
+		return err
+	}
+	cfg.Seed, cfg.Queue, cfg.Bottleneck = r.cfg.Seed, r.cfg.Queue, r.cfg.Bottleneck
+	r.imp.Store(&cfg)
+	return nil
+}
+
 // Stats returns the counters so far.
 func (r *Relay) Stats() RelayStats {
 	c := &r.c
 	return RelayStats{
-		Received: c.received.Load(), Forwarded: c.forwarded.Load(),
+		Received: c.received.Load(), Forwarded: c.forwarded.Load(), ForwardedBytes: c.forwardedBytes.Load(),
 		Lost: c.lost.Load(), Reordered: c.reordered.Load(), Duplicated: c.duplicated.Load(),
 		Corrupted: c.corrupted.Load(), Delayed: c.delayed.Load(), Overflow: c.overflow.Load(),
 		SendErrors: c.sendErrors.Load(), ReceiveErrors: c.receiveErrors.Load(),
+		Bottleneck: c.bn.stats(),
 	}
 }
 
@@ -175,6 +218,8 @@ type relayDir struct {
 	held    int      // buffer index of the frame held for reordering, or -1
 	heldN   int
 	heldDue int64
+	bn      *bottleneck       // a→b only, when configured
+	write   func([]byte) bool // writeOut, bound once (no allocation per frame)
 }
 
 const pollSlice = 10 * time.Millisecond
@@ -193,8 +238,12 @@ func (d *relayDir) run() {
 		if d.held >= 0 {
 			timeout = min(timeout, time.Duration(max(d.heldDue-now, 0)))
 		}
-		ms := int((timeout + time.Millisecond - 1) / time.Millisecond)
-		if _, err := unix.Poll(pfd, ms); err != nil && !errors.Is(err, unix.EINTR) {
+		if d.bn != nil {
+			if w := d.bn.wait(now); w >= 0 {
+				timeout = min(timeout, w)
+			}
+		}
+		if err := pollIn(pfd, timeout); err != nil && !errors.Is(err, unix.EINTR) {
 			d.r.c.receiveErrors.Add(1)
 			time.Sleep(time.Millisecond)
 		}
@@ -204,7 +253,7 @@ func (d *relayDir) run() {
 }
 
 func (d *relayDir) receive() {
-	cfg := &d.r.cfg
+	cfg := d.r.imp.Load()
 	for range 256 {
 		if len(d.free) == 0 {
 			// Queue full: read and drop so the socket does not back up.
@@ -292,15 +341,30 @@ func (d *relayDir) flush() {
 	i := 0
 	for ; i < len(d.q) && d.q[i].due <= now; i++ {
 		e := d.q[i]
-		if _, err := unix.Write(d.out, d.bufs[e.buf][:e.n]); err != nil {
-			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOBUFS) {
-				break // try again on the next round
-			}
-			d.r.c.sendErrors.Add(1)
-		} else {
-			d.r.c.forwarded.Add(1)
+		if d.bn != nil {
+			d.bn.enqueue(d.bufs[e.buf][:e.n])
+		} else if !d.write(d.bufs[e.buf][:e.n]) {
+			break // try again on the next round
 		}
 		d.free = append(d.free, e.buf)
 	}
 	d.q = d.q[:copy(d.q, d.q[i:])]
+	if d.bn != nil {
+		d.bn.drain(d.now(), d.write)
+	}
+}
+
+// writeOut sends a frame and counts it; false means the socket is full and
+// the frame should be tried again (any other error counts and drops it).
+func (d *relayDir) writeOut(f []byte) bool {
+	if _, err := unix.Write(d.out, f); err != nil {
+		if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOBUFS) {
+			return false
+		}
+		d.r.c.sendErrors.Add(1)
+		return true
+	}
+	d.r.c.forwarded.Add(1)
+	d.r.c.forwardedBytes.Add(uint64(len(f)))
+	return true
 }
