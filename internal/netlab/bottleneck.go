@@ -28,8 +28,10 @@ type Bottleneck struct {
 	// socket sees them (Ethernet header to the end of the payload; no
 	// preamble, FCS or inter-frame gap). 0 turns the bottleneck off.
 	Rate int64
-	// Burst is the token bucket's depth in bytes; 0 means the bytes of 1 ms
-	// at Rate, at least two frames of the interface's MTU.
+	// Burst is the token bucket's depth in bytes; 0 means the bytes of 5 ms
+	// at Rate, at least two frames of the interface's MTU. Time the relay's
+	// goroutine is not scheduled while frames wait costs rate beyond Burst
+	// (on this 2-core machine under load, 1 ms lost about 8 % at 200 Mbit/s).
 	Burst int
 	// Queue is the queue's limit: frames, or bytes when Bytes is set. A frame
 	// that would take the queue past it is dropped (TailDropped). 0 means
@@ -69,7 +71,7 @@ func (b *Bottleneck) check(maxFrame int) error {
 		return errors.New("netlab: relay: bottleneck: negative rate, burst, queue or threshold")
 	}
 	if b.Burst == 0 {
-		b.Burst = max(int(b.Rate/8/1000), 2*maxFrame)
+		b.Burst = max(int(b.Rate/8/200), 2*maxFrame)
 	}
 	if b.Queue == 0 {
 		b.Queue = 1000
@@ -232,10 +234,15 @@ func (b *bottleneck) drain(now int64, write func([]byte) bool) {
 		b.tokens -= float64(e.n)
 		b.c.forwarded.Add(1)
 		b.c.bytes.Add(uint64(e.n))
-		b.head = (b.head + 1) % len(b.ents)
-		b.n--
-		b.queuedBytes -= e.n
+		b.pop()
 	}
+}
+
+// pop removes the frame at the head of the queue.
+func (b *bottleneck) pop() {
+	b.queuedBytes -= b.ents[b.head].n
+	b.head = (b.head + 1) % len(b.ents)
+	b.n--
 }
 
 // wait is how long until drain has something to send: 0 when it can now,

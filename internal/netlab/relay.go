@@ -254,7 +254,10 @@ func (d *relayDir) run() {
 
 func (d *relayDir) receive() {
 	cfg := d.r.imp.Load()
-	for range 256 {
+	for i := range 256 {
+		if d.bn != nil && i%32 == 31 {
+			d.flush() // keep the bottleneck's output paced while a burst comes in
+		}
 		if len(d.free) == 0 {
 			// Queue full: read and drop so the socket does not back up.
 			var scratch [1]byte
