@@ -25,3 +25,12 @@ func pollIn(pfd []unix.PollFd, timeout time.Duration) error {
 	_, err := unix.Poll(pfd, int((timeout+time.Millisecond-1)/time.Millisecond))
 	return err
 }
+
+type batchReader struct{}
+
+func newBatchReader(int) *batchReader { return &batchReader{} }
+
+// read needs Linux (recvmmsg on AF_PACKET); the relay never starts elsewhere.
+func (*batchReader) read(int, [][]byte, []int) (int, error) {
+	return 0, fmt.Errorf("AF_PACKET needs Linux, not %s", runtime.GOOS)
+}

@@ -3,6 +3,7 @@ package netlab
 import (
 	"fmt"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,4 +37,43 @@ func pollIn(pfd []unix.PollFd, timeout time.Duration) error {
 	ts := unix.NsecToTimespec(int64(timeout))
 	_, err := unix.Ppoll(pfd, &ts, nil)
 	return err
+}
+
+// mmsghdr is struct mmsghdr.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// A batchReader reads several frames per system call (recvmmsg(2)).
+type batchReader struct {
+	hdrs []mmsghdr
+	iovs []unix.Iovec
+}
+
+func newBatchReader(n int) *batchReader {
+	return &batchReader{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n)}
+}
+
+// read receives up to len(bufs) frames without blocking, frame i into
+// bufs[i] with its length in lens[i], and returns how many arrived (0 and
+// EAGAIN when none waited).
+func (r *batchReader) read(fd int, bufs [][]byte, lens []int) (int, error) {
+	for i, b := range bufs {
+		r.iovs[i].Base = &b[0]
+		r.iovs[i].SetLen(len(b))
+		r.hdrs[i] = mmsghdr{}
+		r.hdrs[i].hdr.Iov = &r.iovs[i]
+		r.hdrs[i].hdr.SetIovlen(1)
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&r.hdrs[0])),
+		uintptr(len(bufs)), unix.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	for i := range int(n) {
+		lens[i] = int(r.hdrs[i].n)
+	}
+	return int(n), nil
 }

@@ -126,6 +126,7 @@ func (l *Lab) StartRelay(a, b *Iface, cfg RelayConfig) (*Relay, error) {
 		}
 		d.held = -1
 		d.write = d.writeOut
+		d.rd = newBatchReader(recvBatch)
 		if dir == 0 && cfg.Bottleneck.Rate > 0 {
 			d.bn = newBottleneck(cfg.Bottleneck, mtu+18, d.rng, &r.c.bn)
 		}
@@ -220,7 +221,16 @@ type relayDir struct {
 	heldDue int64
 	bn      *bottleneck       // a→b only, when configured
 	write   func([]byte) bool // writeOut, bound once (no allocation per frame)
+
+	// One batch read: the buffer indexes, the buffers, the frame lengths.
+	rd        *batchReader
+	batch     [recvBatch]int
+	batchBufs [recvBatch][]byte
+	batchLens [recvBatch]int
 }
+
+// recvBatch is how many frames one read system call may return.
+const recvBatch = 32
 
 const pollSlice = 10 * time.Millisecond
 
@@ -254,10 +264,7 @@ func (d *relayDir) run() {
 
 func (d *relayDir) receive() {
 	cfg := d.r.imp.Load()
-	for i := range 256 {
-		if d.bn != nil && i%32 == 31 {
-			d.flush() // keep the bottleneck's output paced while a burst comes in
-		}
+	for range 256 / recvBatch {
 		if len(d.free) == 0 {
 			// Queue full: read and drop so the socket does not back up.
 			var scratch [1]byte
@@ -268,66 +275,86 @@ func (d *relayDir) receive() {
 			d.r.c.overflow.Add(1)
 			continue
 		}
-		bi := d.free[len(d.free)-1]
-		buf := d.bufs[bi]
-		n, _, err := unix.Recvfrom(d.in, buf, unix.MSG_DONTWAIT)
-		if err != nil {
-			if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
-				d.r.c.receiveErrors.Add(1)
-			}
+		k := min(recvBatch, len(d.free))
+		for i := range k {
+			d.batch[i] = d.free[len(d.free)-1-i]
+			d.batchBufs[i] = d.bufs[d.batch[i]]
+		}
+		d.free = d.free[:len(d.free)-k]
+		got, err := d.rd.read(d.in, d.batchBufs[:k], d.batchLens[:k])
+		for i := k - 1; i >= got; i-- {
+			d.free = append(d.free, d.batch[i]) // unused, back in their places
+		}
+		if err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+			d.r.c.receiveErrors.Add(1)
+		}
+		for i := range got {
+			d.take(cfg, d.batch[i], d.batchLens[i])
+		}
+		if got < k {
 			return
 		}
-		d.r.c.received.Add(1)
-		if n > len(buf) {
+		if d.bn != nil {
+			d.flush() // keep the bottleneck's output paced while a burst comes in
+		}
+	}
+}
+
+// take impairs the frame of n bytes just read into buffer bi and queues it
+// (or drops it, putting bi back on the free list).
+func (d *relayDir) take(cfg *RelayConfig, bi, n int) {
+	buf := d.bufs[bi]
+	d.r.c.received.Add(1)
+	if n > len(buf) {
+		d.r.c.overflow.Add(1)
+		d.free = append(d.free, bi)
+		return
+	}
+	impair := cfg.Filter == nil || cfg.Filter(buf[:n])
+	if impair && d.chance(cfg.Loss) {
+		d.r.c.lost.Add(1)
+		d.free = append(d.free, bi)
+		return
+	}
+	if impair && d.chance(cfg.Corrupt) {
+		from := min(cfg.CorruptFrom, n-1)
+		off := from + d.rng.IntN(n-from)
+		buf[off] ^= 1 << d.rng.IntN(8)
+		d.r.c.corrupted.Add(1)
+	}
+	due := d.now()
+	if cfg.Delay > 0 || cfg.Jitter > 0 {
+		due += int64(cfg.Delay)
+		if cfg.Jitter > 0 {
+			due += d.rng.Int64N(int64(cfg.Jitter))
+		}
+		if len(d.q) > 0 && d.q[len(d.q)-1].due > due {
+			due = d.q[len(d.q)-1].due // keep FIFO order
+		}
+		d.r.c.delayed.Add(1)
+	}
+	if impair && d.held < 0 && d.chance(cfg.Reorder) {
+		d.held, d.heldN, d.heldDue = bi, n, due+int64(cfg.ReorderHold)
+		d.r.c.reordered.Add(1)
+		return
+	}
+	dup := impair && d.chance(cfg.Duplicate)
+	d.q = append(d.q, queued{buf: bi, n: n, due: due})
+	if dup {
+		if len(d.free) > 0 {
+			di := d.free[len(d.free)-1]
+			d.free = d.free[:len(d.free)-1]
+			copy(d.bufs[di], buf[:n])
+			d.q = append(d.q, queued{buf: di, n: n, due: due})
+			d.r.c.duplicated.Add(1)
+		} else {
 			d.r.c.overflow.Add(1)
-			continue
 		}
-		impair := cfg.Filter == nil || cfg.Filter(buf[:n])
-		if impair && d.chance(cfg.Loss) {
-			d.r.c.lost.Add(1)
-			continue
-		}
-		d.free = d.free[:len(d.free)-1]
-		if impair && d.chance(cfg.Corrupt) {
-			from := min(cfg.CorruptFrom, n-1)
-			off := from + d.rng.IntN(n-from)
-			buf[off] ^= 1 << d.rng.IntN(8)
-			d.r.c.corrupted.Add(1)
-		}
-		due := d.now()
-		if cfg.Delay > 0 || cfg.Jitter > 0 {
-			due += int64(cfg.Delay)
-			if cfg.Jitter > 0 {
-				due += d.rng.Int64N(int64(cfg.Jitter))
-			}
-			if len(d.q) > 0 && d.q[len(d.q)-1].due > due {
-				due = d.q[len(d.q)-1].due // keep FIFO order
-			}
-			d.r.c.delayed.Add(1)
-		}
-		if impair && d.held < 0 && d.chance(cfg.Reorder) {
-			d.held, d.heldN, d.heldDue = bi, n, due+int64(cfg.ReorderHold)
-			d.r.c.reordered.Add(1)
-			continue
-		}
-		dup := impair && d.chance(cfg.Duplicate)
-		d.q = append(d.q, queued{buf: bi, n: n, due: due})
-		if dup {
-			if len(d.free) > 0 {
-				di := d.free[len(d.free)-1]
-				d.free = d.free[:len(d.free)-1]
-				copy(d.bufs[di], buf[:n])
-				d.q = append(d.q, queued{buf: di, n: n, due: due})
-				d.r.c.duplicated.Add(1)
-			} else {
-				d.r.c.overflow.Add(1)
-			}
-		}
-		if d.held >= 0 {
-			// The held frame goes after this one: that is the reordering.
-			d.q = append(d.q, queued{buf: d.held, n: d.heldN, due: due})
-			d.held = -1
-		}
+	}
+	if d.held >= 0 {
+		// The held frame goes after this one: that is the reordering.
+		d.q = append(d.q, queued{buf: d.held, n: d.heldN, due: due})
+		d.held = -1
 	}
 }
 
