@@ -41,16 +41,34 @@ func blast(c *net.UDPConn, dst netip.AddrPort, rate float64, size int, stop <-ch
 // fills to its limit and the excess is tail-dropped; member 0 receives what
 // it forwarded.
 func TestPrivilegedBottleneckIncastRate(t *testing.T) {
-	const rate, queue, size = 200e6, 256, 1400
+	const rate, queue, size = 100e6, 256, 1400
 	s := netlab.StarT(t, netlab.StarConfig{Members: 4, Relays: map[int]netlab.RelayConfig{
 		0: {Bottleneck: netlab.Bottleneck{Rate: rate, Queue: queue}},
 	}})
 	rcv := listenUDP(t, s.Members[0].NS, netip.AddrPortFrom(s.Members[0].IPv4, 0))
 	dst := rcv.LocalAddr().(*net.UDPAddr).AddrPort()
+	bigRcvBuf(rcv)
 	var received int
 	done := make(chan struct{})
-	go func() { received = countDatagrams(rcv); close(done) }()
 	stop := make(chan struct{})
+	go func() {
+		// Until the blast stops, then until quiet: a starved goroutine
+		// must not stop counting early.
+		buf := make([]byte, 65536)
+		for {
+			select {
+			case <-stop:
+				received += countDatagrams(rcv)
+				close(done)
+				return
+			default:
+			}
+			rcv.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+			if _, _, err := rcv.ReadFromUDPAddrPort(buf); err == nil {
+				received++
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, m := range s.Members[1:] {
 		c := listenUDP(t, m.NS, netip.AddrPortFrom(m.IPv4, 0))
@@ -65,6 +83,10 @@ func TestPrivilegedBottleneckIncastRate(t *testing.T) {
 	wg.Wait()
 	<-done
 	got := float64(s1.Bottleneck.Bytes-s0.Bottleneck.Bytes) * 8 / t1.Sub(t0).Seconds()
+	offered := float64(s1.Received-s0.Received) * (size + 42) * 8 / t1.Sub(t0).Seconds()
+	if offered < rate*1.1 {
+		t.Errorf("the senders offered only %.1f Mbit/s (the machine is overloaded?): the bottleneck cannot be judged", offered/1e6)
+	}
 	st := r.Stats()
 	t.Logf("bottleneck forwarded %.1f Mbit/s (configured %.0f); received %d datagrams; relay %+v", got/1e6, rate/1e6, received, st)
 	if got < rate*0.9 || got > rate*1.1 {

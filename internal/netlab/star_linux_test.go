@@ -23,9 +23,7 @@ func udpOnly(f []byte) bool {
 // returns how many datagrams arrived. It first makes c's receive buffer big
 // enough that the bursts of these tests fit.
 func countDatagrams(c *net.UDPConn) int {
-	if rc, err := c.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20) })
-	}
+	bigRcvBuf(c)
 	buf := make([]byte, 65536)
 	n := 0
 	for {
@@ -34,6 +32,13 @@ func countDatagrams(c *net.UDPConn) int {
 			return n
 		}
 		n++
+	}
+}
+
+// bigRcvBuf gives c a 16 MiB receive buffer.
+func bigRcvBuf(c *net.UDPConn) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20) })
 	}
 }
 
