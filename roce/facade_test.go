@@ -16,14 +16,14 @@ import (
 )
 
 // TestFacadeUsersImportOnlyRoce: the packages that use queue pairs (the
-// examples, the CLI, file transfer, the tool peer, enlarge, cm and am) import
+// examples, the CLI, file transfer, the tool peer, enlarge, cm, am and lmrm) import
 // neither roce/qp nor roce/mr in their non-test files: roce re-exports what
 // they need.
 func TestFacadeUsersImportOnlyRoce(t *testing.T) {
 	goTool := testenv.Tool(t, "go", "it lists the packages' imports")
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	pkgs := []string{"./examples/...", "./internal/cli", "./internal/xfer", "./internal/toolpeer", "./enlarge", "./cm", "./am"}
+	pkgs := []string{"./examples/...", "./internal/cli", "./internal/xfer", "./internal/toolpeer", "./enlarge", "./cm", "./am", "./lmrm"}
 	// One line per package and import: "package import".
 	format := `{{range .Imports}}{{$.ImportPath}} {{.}}{{"\n"}}{{end}}`
 	cmd := exec.CommandContext(ctx, goTool, append([]string{"list", "-f", format}, pkgs...)...)
