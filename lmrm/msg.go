@@ -122,6 +122,9 @@ func Decode(b []byte, m *Msg) error {
 	switch k {
 	case KAlloc:
 		m.Bytes, m.MinSlot = binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:])
+		if binary.BigEndian.Uint32(p[12:]) != 0 {
+			return fmt.Errorf("%w: %v with nonzero padding", ErrMalformed, k)
+		}
 	case KAllocAck:
 		m.Addr, m.RKey = binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:])
 		m.SlotSize, m.Count, m.Status = binary.BigEndian.Uint32(p[12:]), binary.BigEndian.Uint32(p[16:]), binary.BigEndian.Uint32(p[20:])

@@ -13,7 +13,8 @@ type ProviderConfig struct {
 	// (default DefaultMaxBytes); an LMRM_ALLOC beyond it is refused.
 	MaxBytes uint64
 	// Batch is how many consumed slots of a pool make an LMRM_RELEASE
-	// (default: a quarter of the pool's slots, at most MaxRelease).
+	// (default: a quarter of the pool's slots, at most MaxRelease). A Batch
+	// larger than a pool leaves its slots to Flush.
 	Batch int
 	// RecvDepth is the number of receives posted: bounds the data writes
 	// that may arrive before Progress (default DefaultRecvDepth).
@@ -146,7 +147,7 @@ func (p *Provider) alloc(m *Msg) error {
 			if batch == 0 {
 				batch = min(max(int(count)/4, 1), MaxRelease)
 			}
-			p.pools = append(p.pools, &ppool{mr: mr, slotSize: m.MinSlot, count: uint32(count), batch: min(batch, int(count))})
+			p.pools = append(p.pools, &ppool{mr: mr, slotSize: m.MinSlot, count: uint32(count), batch: batch})
 			p.granted += size
 			ack = Msg{Kind: KAllocAck, Pool: ack.Pool, Addr: mr.Addr(), RKey: mr.RKey(), SlotSize: m.MinSlot, Count: uint32(count)}
 		}
