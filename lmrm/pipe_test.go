@@ -3,7 +3,6 @@ package lmrm_test
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net/netip"
 	"strings"
 	"sync"
@@ -134,30 +133,12 @@ func (pr *pair) alloc(tb testing.TB, bytes uint64, slot uint32) {
 }
 
 // frames describes the capture of end a as dump does, checking each frame.
-func (pr *pair) frames(tb testing.TB) []*capture.Record {
+func (pr *pair) frames(tb *testing.T) []*capture.Record {
 	tb.Helper()
 	if err := pr.cw.Flush(); err != nil {
 		tb.Fatal(err)
 	}
-	rd, err := capture.NewReader(bytes.NewReader(pr.pcap.Bytes()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var recs []*capture.Record
-	for i := 1; ; i++ {
-		var f capture.Frame
-		if err := rd.Next(&f); errors.Is(err, io.EOF) {
-			return recs
-		} else if err != nil {
-			tb.Fatal(err)
-		}
-		f.Index = i
-		rec := capture.Describe(&f)
-		if rec.Error != "" || rec.BTH == nil || rec.ICRC == nil || !rec.ICRC.OK {
-			tb.Errorf("frame %d does not verify: %s", i, rec)
-		}
-		recs = append(recs, rec)
-	}
+	return lmrm.DescribeAll(tb, pr.pcap.Bytes())
 }
 
 // count counts frames by direction, opcode and the payload's message kind

@@ -1,0 +1,4 @@
+package lmrm
+
+// DescribeAll is describeAll for the package's external tests.
+var DescribeAll = describeAll
