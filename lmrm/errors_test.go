@@ -278,3 +278,45 @@ func (h *hostile) sendOnly(m *lmrm.Msg) {
 		h.t.Fatal(err)
 	}
 }
+
+// TestHostileRequester: a second write into a slot the provider delivered
+// and has not released yet fails the provider with ErrProtocol, and its
+// data is not delivered.
+func TestHostileRequester(t *testing.T) {
+	pr := newPair(t, lmrm.Config{}, &lmrm.ProviderConfig{Batch: 8})
+	pr.alloc(t, 4*64, 64)
+	s, err := pr.r.Reserve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.r.Write(s, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	pr.until(t, "first delivered", func() bool { pr.mu.Lock(); defer pr.mu.Unlock(); return len(pr.got) == 1 })
+	addr, rkey := pr.r.PoolKeys(0)
+	src, err := pr.pda.RegMR([]byte("again"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.qa.PostSend(roce.SendWR{Opcode: roce.WRRDMAWriteImm, SGL: []roce.SGE{{Addr: src.Addr(), Length: 5, LKey: src.LKey()}},
+		Imm: lmrm.Imm(0, s.Index), RemoteAddr: addr + uint64(s.Index)*64, RKey: rkey}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := pr.p.Progress()
+		if err != nil {
+			if !errors.Is(err, lmrm.ErrProtocol) || !strings.Contains(err.Error(), "slot 0 written again before its release") {
+				t.Fatalf("provider: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the provider accepted a second write into an unreleased slot")
+		}
+		time.Sleep(10 * time.Microsecond)
+	}
+	if len(pr.got) != 1 {
+		t.Fatalf("%d messages delivered, want 1", len(pr.got))
+	}
+}

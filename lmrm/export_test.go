@@ -2,3 +2,10 @@ package lmrm
 
 // DescribeAll is describeAll for the package's external tests.
 var DescribeAll = describeAll
+
+// PoolKeys returns pool i's remote address and rkey.
+func (r *Requester) PoolKeys(i int) (addr uint64, rkey uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pools[i].addr, r.pools[i].rkey
+}

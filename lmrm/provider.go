@@ -51,6 +51,7 @@ type ppool struct {
 	count    uint32
 	batch    int
 	consumed []uint32 // slots delivered, not yet released
+	held     []bool   // by slot: delivered, not yet released
 }
 
 // ProviderStats counts what a Provider holds and did.
@@ -105,8 +106,8 @@ func newProvider(q cQP, pd cPD, cq *roce.CQ, cfg *ProviderConfig, deliver Delive
 
 // Progress answers allocation requests, delivers the data written, and
 // sends an LMRM_RELEASE whenever a pool's batch of consumed slots is full.
-// A write into a revoked pool, an unknown slot or a malformed message fails
-// the provider with ErrProtocol. Failures are sticky.
+// A write into an unknown slot or one delivered and not yet released, or a
+// malformed message, fails the provider with ErrProtocol. Failures are sticky.
 func (p *Provider) Progress() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -147,7 +148,7 @@ func (p *Provider) alloc(m *Msg) error {
 			if batch == 0 {
 				batch = min(max(int(count)/4, 1), MaxRelease)
 			}
-			p.pools = append(p.pools, &ppool{mr: mr, slotSize: m.MinSlot, count: uint32(count), batch: batch})
+			p.pools = append(p.pools, &ppool{mr: mr, slotSize: m.MinSlot, count: uint32(count), batch: batch, held: make([]bool, count)})
 			p.granted += size
 			ack = Msg{Kind: KAllocAck, Pool: ack.Pool, Addr: mr.Addr(), RKey: mr.RKey(), SlotSize: m.MinSlot, Count: uint32(count)}
 		}
@@ -165,6 +166,10 @@ func (p *Provider) data(wc *roce.WC) error {
 		return fmt.Errorf("%w: data write with immediate %#x (%d B) names no live slot", ErrProtocol, wc.ImmData, wc.ByteLen)
 	}
 	pl := p.pools[pi]
+	if pl.held[slot] {
+		return fmt.Errorf("%w: pool %d slot %d written again before its release", ErrProtocol, pi, slot)
+	}
+	pl.held[slot] = true
 	off := uint64(slot) * uint64(pl.slotSize)
 	p.deliver(pi, slot, pl.mr.Bytes()[off:off+uint64(wc.ByteLen)])
 	p.stats.Delivered++
@@ -185,6 +190,9 @@ func (p *Provider) release(pi uint8) error {
 	p.rel.Slots = append(p.rel.Slots[:0], pl.consumed...)
 	if err := p.c.send(&p.rel); err != nil {
 		return err
+	}
+	for _, s := range pl.consumed {
+		pl.held[s] = false
 	}
 	pl.consumed = pl.consumed[:0]
 	p.stats.Releases++
