@@ -172,9 +172,16 @@ func count(recs []*capture.Record) map[string]int {
 // through a pool of 64 slots arrive byte-exact and in order, with one
 // LMRM_ALLOC, one LMRM_ALLOC_ACK, 10000/16 LMRM_RELEASEs and one data write
 // per message on the wire, and no other control frame.
-func TestPipeTenThousand(t *testing.T) {
-	const slot, slots, msgs, batch = 512, 64, 10000, 16
-	pr := newPair(t, lmrm.Config{}, &lmrm.ProviderConfig{})
+func TestPipeTenThousand(t *testing.T) { pipeMessages(t, 10000, 0, 16) }
+
+// TestPipeBatchOne: a release per message keeps more LMRM_RELEASEs due than
+// the provider has send buffers; the ones held back go out together, and
+// no slot is lost.
+func TestPipeBatchOne(t *testing.T) { pipeMessages(t, 2000, 1, 1) }
+
+func pipeMessages(t *testing.T, msgs, cfgBatch, batch int) {
+	const slot, slots = 512, 64
+	pr := newPair(t, lmrm.Config{}, &lmrm.ProviderConfig{Batch: cfgBatch})
 	pr.alloc(t, slot*slots, slot)
 	if st := pr.r.Stats(); st.Free != slots {
 		t.Fatalf("pool of %d free slots, want %d", st.Free, slots)
@@ -220,13 +227,22 @@ func TestPipeTenThousand(t *testing.T) {
 			t.Fatalf("message %d: delivered %d B differ from the %d B sent", i, len(pr.got[i]), len(sent[i]))
 		}
 	}
+	// With batch 1 the provider's send buffers fill up, and the releases
+	// held back go out together: fewer messages than slots.
+	releases := msgs / batch
+	if batch == 1 {
+		releases = pr.r.Stats().Releases
+		if releases < msgs/lmrm.MaxRelease || releases > msgs {
+			t.Errorf("%d releases for %d messages", releases, msgs)
+		}
+	}
 	c := count(pr.frames(t))
-	t.Logf("%d frames retransmitted", c["retransmitted"])
+	t.Logf("%d frames retransmitted, %d releases", c["retransmitted"], releases)
 	delete(c, "retransmitted")
 	want := map[string]int{
 		"out RC_SEND_ONLY LMRM_ALLOC":           1,
 		"in RC_SEND_ONLY LMRM_ALLOC_ACK":        1,
-		"in RC_SEND_ONLY LMRM_RELEASE":          msgs / batch,
+		"in RC_SEND_ONLY LMRM_RELEASE":          releases,
 		"out RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE": msgs,
 	}
 	for k, n := range want {
@@ -239,7 +255,7 @@ func TestPipeTenThousand(t *testing.T) {
 			t.Errorf("%d unexpected frames %q", n, k)
 		}
 	}
-	if st := pr.r.Stats(); st.Releases != msgs/batch || st.AllocsSent != 1 {
+	if st := pr.r.Stats(); st.Releases != releases || st.AllocsSent != 1 {
 		t.Errorf("requester stats %+v", st)
 	}
 }

@@ -1,6 +1,7 @@
 package lmrm
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -36,8 +37,12 @@ func (c ProviderConfig) QueueDepths() (send, recv, cq int) {
 	if d <= 0 {
 		d = DefaultRecvDepth
 	}
-	return ctlBufs, d, d + ctlBufs
+	return provSendBufs, d, d + provSendBufs
 }
+
+// provSendBufs is the number of control send buffers of a provider: enough
+// that releases rarely wait for one (held-back releases coalesce).
+const provSendBufs = 32
 
 // DeliverFunc receives one message: the pool and slot it was written into,
 // and its bytes, valid only during the call. The slot counts as consumed
@@ -98,7 +103,7 @@ func newProvider(q cQP, pd cPD, cq *roce.CQ, cfg *ProviderConfig, deliver Delive
 		return nil, fmt.Errorf("lmrm: new provider: batch %d (0..%d), recv depth %d (1..65536) or no deliver function",
 			p.cfg.Batch, MaxRelease, p.cfg.RecvDepth)
 	}
-	if err := p.c.init(q, pd, cq, p.cfg.IOVABase, p.cfg.RecvDepth, ctlBufs, ctlBufs); err != nil {
+	if err := p.c.init(q, pd, cq, p.cfg.IOVABase, p.cfg.RecvDepth, provSendBufs, provSendBufs); err != nil {
 		return nil, fmt.Errorf("lmrm: new provider: %w", err)
 	}
 	return p, nil
@@ -114,7 +119,11 @@ func (p *Provider) Progress() error {
 	if p.c.err != nil {
 		return fmt.Errorf("lmrm: progress: %w", p.c.err)
 	}
-	if err := p.c.poll(p.complete); err != nil {
+	err := p.c.poll(p.complete)
+	if err == nil {
+		err = p.releaseDue()
+	}
+	if err != nil {
 		p.c.err = err
 		return fmt.Errorf("lmrm: progress: %w", err)
 	}
@@ -174,32 +183,50 @@ func (p *Provider) data(wc *roce.WC) error {
 	p.deliver(pi, slot, pl.mr.Bytes()[off:off+uint64(wc.ByteLen)])
 	p.stats.Delivered++
 	pl.consumed = append(pl.consumed, slot)
-	if len(pl.consumed) >= pl.batch {
-		return p.release(pi)
-	}
-	return nil
+	return p.release(pi, pl.batch)
 }
 
-// release sends an LMRM_RELEASE of pool pi's consumed slots.
-func (p *Provider) release(pi uint8) error {
+// release sends LMRM_RELEASEs of pool pi's consumed slots (at most
+// MaxRelease each) while at least least are consumed. With every send buffer
+// busy it stops without error: the rest goes in a later Progress.
+func (p *Provider) release(pi uint8, least int) error {
 	pl := p.pools[pi]
-	if len(pl.consumed) == 0 {
-		return nil
+	for len(pl.consumed) > 0 && len(pl.consumed) >= least {
+		n := len(pl.consumed)
+		if n > MaxRelease {
+			n = MaxRelease
+		}
+		p.rel.Pool = pi
+		p.rel.Slots = append(p.rel.Slots[:0], pl.consumed[:n]...)
+		if err := p.c.send(&p.rel); errors.Is(err, ErrBusy) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		for _, s := range pl.consumed[:n] {
+			pl.held[s] = false
+		}
+		pl.consumed = append(pl.consumed[:0], pl.consumed[n:]...)
+		p.stats.Releases++
 	}
-	p.rel.Pool = pi
-	p.rel.Slots = append(p.rel.Slots[:0], pl.consumed...)
-	if err := p.c.send(&p.rel); err != nil {
-		return err
-	}
-	for _, s := range pl.consumed {
-		pl.held[s] = false
-	}
-	pl.consumed = pl.consumed[:0]
-	p.stats.Releases++
 	return nil
 }
 
-// Flush releases every pool's consumed slots now, batch full or not.
+// releaseDue sends the releases whose batch is full (those a busy send
+// queue held back included).
+func (p *Provider) releaseDue() error {
+	for i, pl := range p.pools {
+		if pl.mr != nil {
+			if err := p.release(uint8(i), pl.batch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Flush releases every pool's consumed slots now, batch full or not; with
+// every send buffer busy it returns ErrBusy (Progress, then Flush again).
 func (p *Provider) Flush() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -207,8 +234,11 @@ func (p *Provider) Flush() error {
 		if pl.mr == nil {
 			continue
 		}
-		if err := p.release(uint8(i)); err != nil {
+		if err := p.release(uint8(i), 1); err != nil {
 			return fmt.Errorf("lmrm: flush: %w", err)
+		}
+		if len(pl.consumed) > 0 {
+			return fmt.Errorf("lmrm: flush: pool %d: %d slots left: %w", i, len(pl.consumed), ErrBusy)
 		}
 	}
 	return nil
