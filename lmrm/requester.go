@@ -187,11 +187,11 @@ func (r *Requester) Reserve() (Slot, error) {
 	case live == 0:
 		return Slot{}, fmt.Errorf("lmrm: reserve: %w", ErrRevoked)
 	case r.cfg.Grow && !r.grown:
-		r.grown = true
 		m := r.first
 		if err := r.sendAlloc(&m); err != nil {
 			return Slot{}, fmt.Errorf("lmrm: reserve: grow: %w", err)
 		}
+		r.grown = true
 		return Slot{}, fmt.Errorf("lmrm: reserve: %w", ErrPending)
 	}
 	return Slot{}, fmt.Errorf("lmrm: reserve: %w", ErrExhausted)
