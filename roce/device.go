@@ -59,7 +59,8 @@ type Options struct {
 	// BusyPoll keeps the engine polling the link, without sleeping, for this
 	// long after its last activity: lower latency for a core's worth of CPU.
 	// 0 (the default) sleeps in the link's Wait as soon as there is nothing
-	// to do.
+	// to do; BusyPollAuto spins adaptively, briefly after sending (measured
+	// from recent round trips) and while frames flow.
 	BusyPoll time.Duration
 	// RxCoalesce is receive coalescing, as a NIC's interrupt moderation:
 	// after a round that received two frames or more and sent few (fewer

@@ -33,7 +33,9 @@
 //
 // The engine sleeps in the link's Wait when idle; Options.BusyPoll makes it
 // poll for a while after activity instead (round trips of a few
-// microseconds instead of a hundred or more on veth, for a busy core).
+// microseconds instead of a hundred or more on veth, for a busy core), and
+// BusyPollAuto spins only briefly after sending, for about twice the recent
+// send-to-receive gap, and stops spinning while replies take longer.
 //
 // # Links and addresses
 //

@@ -81,9 +81,9 @@ func (e *engine) run(started chan<- error) {
 		defer restore()
 	}
 	started <- nil
-	busy := int64(d.opts.BusyPoll)
+	spin := newSpinner(d.opts.BusyPoll)
 	coalesce := d.opts.RxCoalesce
-	if busy > 0 {
+	if d.opts.BusyPoll > 0 {
 		coalesce = 0
 	}
 	var active int64 // time of the last round that did something
@@ -126,16 +126,18 @@ func (e *engine) run(started chan<- error) {
 		e.tx.endRound()
 		sent := e.tx.frames
 		e.publish()
+		spin.round(now, n, sent)
 		if err == nil && n == len(e.rx) {
 			continue // more frames are waiting
 		}
-		if busy > 0 && now-active < busy {
+		// In a stream of received frames, nap (Options.RxCoalesce) rather
+		// than spin; otherwise poll again while the spinner says so.
+		nap := coalesce > 0 && n >= 2 && sent*8 < uint64(n)
+		if !nap && spin.spin(d.now(), active) {
 			runtime.Gosched()
 			continue
 		}
-		// Sleep until a frame, a doorbell or the next deadline; or, in a
-		// stream of received frames, nap (Options.RxCoalesce).
-		nap := coalesce > 0 && n >= 2 && sent*8 < uint64(n)
+		// Sleep until a frame, a doorbell or the next deadline.
 		timeout := time.Duration(-1)
 		if nap {
 			timeout = coalesce

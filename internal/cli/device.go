@@ -97,13 +97,48 @@ func (c *cpuFlag) Set(s string) error {
 	return nil
 }
 
+// busyPollFlag is --busy-poll auto|0|DURATION; auto (the zero value) is
+// roce.BusyPollAuto.
+type busyPollFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (b *busyPollFlag) value() time.Duration {
+	if b == nil || !b.set {
+		return roce.BusyPollAuto
+	}
+	return b.d
+}
+
+func (b *busyPollFlag) String() string {
+	if v := b.value(); v != roce.BusyPollAuto {
+		return v.String()
+	}
+	return "auto"
+}
+
+func (b *busyPollFlag) Set(s string) error {
+	if s == "auto" {
+		*b = busyPollFlag{}
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("bad busy-poll %q (want auto, 0 or a duration such as 50us)", s)
+	}
+	*b = busyPollFlag{d: d, set: true}
+	return nil
+}
+
 // deviceFlags are the flags of the commands that open a device.
 type deviceFlags struct {
-	dev     string
-	link    linkFlag
-	daemon  string
-	capture string
-	cpu     cpuFlag
+	dev      string
+	link     linkFlag
+	daemon   string
+	capture  string
+	cpu      cpuFlag
+	busyPoll busyPollFlag
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
@@ -113,6 +148,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
 	fs.Var(&d.link, "link", "frame `path`: auto (the xdproce daemon serving the interface, else AF_XDP when privileged, else kernel UDP), xsk (AF_XDP only), udp or daemon")
 	fs.StringVar(&d.daemon, "daemon", "", "attach to the xdproce daemon listening on `PATH` (default $XDPROCE_DAEMON, else the one serving --dev)")
 	fs.StringVar(&d.capture, "capture", "", "write every RoCE frame sent and received to `FILE` (pcapng; read it with 'xdproce dump' or Wireshark)")
+	fs.Var(&d.busyPoll, "busy-poll", "poll the link instead of sleeping: auto (spin briefly after sending, tuned from recent round trips, and while frames flow), 0 (never: sleep when idle) or a `DURATION` after the last activity (e.g. 50us)")
 	fs.Var(&d.cpu, "cpu", "pin the device's progress thread to the CPUs in `LIST` (e.g. 3 or 2-3): a CPU of its own speeds up transfers; default: unpinned")
 }
 
@@ -137,7 +173,7 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 		return nil, fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", d.dev)
 	}
 	out := &device{}
-	o := &roce.Options{Link: d.link.kind, Daemon: d.daemon, CPUs: d.cpu.cpus}
+	o := &roce.Options{Link: d.link.kind, Daemon: d.daemon, CPUs: d.cpu.cpus, BusyPoll: d.busyPoll.value()}
 	if d.daemon != "" && d.link.kind == roce.LinkAuto {
 		o.Link = roce.LinkDaemon
 	}
