@@ -22,25 +22,25 @@ func TestSpinnerOffAndFixed(t *testing.T) {
 func TestSpinnerAutoLearnsGap(t *testing.T) {
 	s := newSpinner(BusyPollAuto)
 	now := 1000 * us
-	// Replies 20 µs after each request: the spin after a request covers
-	// twice that plus the margin, and no more.
-	for range 20 {
-		s.round(now, 0, 1)
-		s.round(now+20*us, 1, 0)
-		now += 100 * us
+	if s.spin(now, now) {
+		t.Error("spins before any traffic")
 	}
-	s.round(now, 0, 1)
+	// Activity every 20 µs: the spin after a round covers twice that plus
+	// the margin, and no more.
+	for range 40 {
+		s.round(now, 1, 1)
+		now += 20 * us
+	}
+	s.round(now, 1, 1)
 	if !s.spin(now+45*us, now) {
-		t.Errorf("gap %v: no spin 45 µs after a request", time.Duration(s.gap))
+		t.Errorf("gap %v: no spin 45 µs after a round", time.Duration(s.gap))
 	}
 	if s.spin(now+2*20*us+int64(autoMargin)+us, now) {
 		t.Errorf("gap %v: spins past twice the gap plus the margin", time.Duration(s.gap))
 	}
-	// A bulk round (many frames) starts no spin.
-	b := newSpinner(BusyPollAuto)
-	b.gap = 20 * us
-	b.round(now, 0, autoSmallRound+1)
-	if b.spin(now+int64(autoFlowSpin)+us, now) {
+	// A bulk round (many frames sent) starts no spin.
+	s.round(now+20*us, 0, autoSmallRound+1)
+	if s.spin(now+21*us, now) {
 		t.Error("spins after a bulk send round")
 	}
 }
@@ -49,25 +49,27 @@ func TestSpinnerAutoStopsWhenNothingComes(t *testing.T) {
 	s := newSpinner(BusyPollAuto)
 	s.gap = 20 * us
 	now := 1000 * us
+	const rounds = 8 * autoProbe
 	spun := 0
-	for range 8 * autoProbe {
-		s.round(now, 0, 1)
-		if s.spin(now+int64(autoFlowSpin)+us, now) {
+	for range rounds {
+		s.round(now, 1, 1)
+		if s.spin(now+us, now) {
 			spun++
+			if s.spin(now+int64(maxAutoSpin), now) {
+				t.Fatal("spins past maxAutoSpin")
+			}
 		}
-		s.spin(now+int64(maxAutoSpin), now) // runs out: a miss
-		s.round(now+10*int64(maxAutoSpin), 1, 0)
-		now += 20 * int64(maxAutoSpin)
+		now += 10 * int64(maxAutoSpin) // nothing for long
 	}
 	// Two misses stop it; then one probe every autoProbe rounds.
-	if want := autoMisses + 8; spun > want+1 { // 8 probes in 8*autoProbe rounds
-		t.Errorf("spun after %d of %d requests nobody answered in time, want about %d", spun, 8*autoProbe, want)
+	if want := autoMisses + rounds/autoProbe; spun > want {
+		t.Errorf("spun after %d of %d rounds nothing followed in time, want at most %d", spun, rounds, want)
 	}
-	// A reply within maxAutoSpin turns it back on.
-	s.round(now, 0, 1)
-	s.round(now+10*us, 1, 0)
-	s.round(now+100*us, 0, 1)
-	if !s.spin(now+100*us+int64(autoFlowSpin)+us, now+100*us) {
-		t.Error("a quick reply did not turn spinning back on")
+	// Activity soon after a round turns it back on.
+	s.round(now, 1, 1)
+	s.round(now+10*us, 1, 1)
+	s.round(now+20*us, 1, 1)
+	if !s.spin(now+21*us, now+20*us) {
+		t.Error("quick activity did not turn spinning back on")
 	}
 }
