@@ -13,7 +13,10 @@ import "time"
 // until activity again follows within maxAutoSpin, probing with one spin in
 // every autoProbe active rounds meanwhile (two sleeping ends answer each
 // other slower than maxAutoSpin, and on two cores a spin takes a core from
-// the peer).
+// the peer). A spin whose polls come more than autoPreempted apart shows the
+// thread losing its CPU to others: spinning then only delays them, so it
+// stops at once and sits out the next autoProbe active rounds, twice as many
+// each time this repeats (up to maxHold), until a spin runs undisturbed.
 const BusyPollAuto time.Duration = -1
 
 const (
@@ -22,6 +25,8 @@ const (
 	autoMisses     = 2                      // fruitless spins before it stops
 	autoProbe      = 8                      // active rounds per probe spin when stopped
 	autoSmallRound = 4                      // most frames sent by a round that starts a spin
+	autoPreempted  = 20 * time.Microsecond  // a poll this long after the last: the CPU is taken
+	maxHold        = 4096                   // most active rounds sat out after preemptions
 )
 
 // A spinner decides whether the engine polls again rather than sleeping.
@@ -35,6 +40,9 @@ type spinner struct {
 	missed bool  // auto: the spin after last ran out
 	misses int   // auto: spins in a row that ran out
 	rounds int   // auto: active rounds since it stopped spinning
+	polled int64 // auto: the last poll of the current spin; 0 when not spinning
+	hold   int   // auto: active rounds left without spinning after a preemption
+	holdN  int   // auto: the length of the last hold
 }
 
 func newSpinner(busy time.Duration) spinner {
@@ -60,9 +68,12 @@ func (s *spinner) round(now int64, n int, sent uint64) {
 			s.misses = 0 // spinning would have caught it
 		}
 	}
-	s.last, s.bulk, s.missed = now, sent > autoSmallRound, false
+	s.last, s.bulk, s.missed, s.polled = now, sent > autoSmallRound, false, 0
 	if s.misses >= autoMisses {
 		s.rounds++
+	}
+	if s.hold > 0 {
+		s.hold--
 	}
 }
 
@@ -72,17 +83,25 @@ func (s *spinner) spin(now, active int64) bool {
 	if s.fixed > 0 {
 		return now-active < s.fixed
 	}
-	if !s.auto || s.last == 0 || s.bulk || s.missed || s.misses >= autoMisses && s.rounds%autoProbe != 0 {
+	if !s.auto || s.last == 0 || s.hold > 0 || s.bulk || s.missed || s.misses >= autoMisses && s.rounds%autoProbe != 0 {
 		return false
 	}
 	budget := int64(maxAutoSpin) // until a gap is known
 	if s.gap != 0 {
 		budget = min(2*s.gap+int64(autoMargin), budget)
 	}
-	if now-s.last < budget {
+	preempted := s.polled != 0 && now-s.polled > int64(autoPreempted)
+	if now-s.last < budget && !preempted {
+		s.polled = now
 		return true
 	}
-	s.missed = true
+	s.missed, s.polled = true, 0
 	s.misses++
+	if preempted {
+		s.holdN = min(max(2*s.holdN, autoProbe), maxHold)
+		s.hold = s.holdN
+	} else {
+		s.holdN = 0
+	}
 	return false
 }

@@ -55,8 +55,11 @@ func TestSpinnerAutoStopsWhenNothingComes(t *testing.T) {
 		s.round(now, 1, 1)
 		if s.spin(now+us, now) {
 			spun++
-			if s.spin(now+int64(maxAutoSpin), now) {
-				t.Fatal("spins past maxAutoSpin")
+			at := now + us
+			for s.spin(at, now) { // polls 5 µs apart until it gives up
+				if at += 5 * us; at > now+int64(maxAutoSpin)+5*us {
+					t.Fatal("spins past maxAutoSpin")
+				}
 			}
 		}
 		now += 10 * int64(maxAutoSpin) // nothing for long
@@ -71,5 +74,23 @@ func TestSpinnerAutoStopsWhenNothingComes(t *testing.T) {
 	s.round(now+20*us, 1, 1)
 	if !s.spin(now+21*us, now+20*us) {
 		t.Error("quick activity did not turn spinning back on")
+	}
+}
+
+func TestSpinnerAutoStopsWhenPreempted(t *testing.T) {
+	s := newSpinner(BusyPollAuto)
+	s.gap = 50 * us
+	now := 1000 * us
+	s.round(now, 1, 1)
+	if !s.spin(now+us, now) || !s.spin(now+2*us, now) {
+		t.Fatal("no spin within the budget")
+	}
+	// The next poll comes late: the thread lost its CPU.
+	if s.spin(now+2*us+int64(autoPreempted)+us, now) {
+		t.Fatal("spins on after being preempted")
+	}
+	s.round(now+100*us, 1, 1)
+	if s.spin(now+101*us, now+100*us) {
+		t.Error("spins again right after being preempted")
 	}
 }
