@@ -9,8 +9,8 @@ import (
 
 func TestBusyPollFlag(t *testing.T) {
 	var b busyPollFlag
-	if b.value() != roce.BusyPollAuto || b.String() != "auto" {
-		t.Fatalf("default %v %q, want auto", b.value(), b.String())
+	if b.value() != 0 || b.String() != "0s" {
+		t.Fatalf("default %v %q, want 0 (off)", b.value(), b.String())
 	}
 	for in, want := range map[string]time.Duration{"0": 0, "50us": 50 * time.Microsecond, "auto": roce.BusyPollAuto} {
 		if err := b.Set(in); err != nil || b.value() != want {
