@@ -1,0 +1,36 @@
+// Package ooo is the upper-layer helper of OOO mode (docs/ooo.md, issue 15):
+// it makes the transport's unreliable, unordered operations reliable the way
+// seed 002 asks, by reissuing a whole operation when its delivered
+// completion does not come.
+//
+// A Writer sends over one or more lanes: an OOO queue pair (roce.OOO, in
+// RTS) with its send CQ, the local buffer as registered on that queue pair's
+// device, and the peer's region and contexts for that queue pair. Write and
+// Read move a byte range: it is cut into operations, each addressed to one
+// of the peer's contexts on some lane, several in flight.
+//
+//   - Transaction ids: each (local context, remote context) pair is a slot
+//     with its own tid, last + 1 for every attempt, so the target resets the
+//     context for a reissue and drops the stragglers of an older attempt.
+//   - Retry: an attempt without its delivered completion within its timeout
+//     (Config.Timeout, at least 3 × the smoothed round trip, times
+//     Config.Backoff for every earlier try of the operation, at most
+//     Config.MaxTimeout) is reissued whole with a larger tid, at most
+//     Config.MaxTries times. A completion whose tid is not the slot's
+//     current one is ignored and counted (Stats.StaleCompletions).
+//   - Sizing: an operation of n packets arrives whole only if its n packets
+//     and its completion all do: probability (1−p)^(n+1) at packet loss p.
+//     The writer estimates p from its own outcomes and keeps every operation
+//     at OpPackets(p, Config.Success, Config.MaxPackets) packets, so each
+//     succeeds with probability at least Config.Success; a timed-out
+//     operation larger than that is reissued as operations of the current
+//     size (sizing.go).
+//   - Striping and failover: operations go to the lanes round robin; a lane
+//     whose attempts time out Config.DownAfter times in a row with no
+//     delivery in between is taken out for the rest of the call and its
+//     operations are reissued on the others (Stats.Failovers).
+//   - Cancel: when the context of a call ends, the local contexts of the
+//     operations still in flight are released (late completions to them are
+//     dropped by the transport as stale_ctx) and fresh ones acquired in
+//     their place; Close releases them all.
+package ooo

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ooo_test
+
+const raceEnabled = false

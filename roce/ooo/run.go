@@ -1,0 +1,295 @@
+package ooo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/xdproce/xdproce/roce"
+)
+
+// queueFullWait is how long a call waits before posting again when a
+// queue pair's send queue was full.
+const queueFullWait = time.Millisecond
+
+// run moves one byte range (Write, Read): it posts operations on idle
+// slots, waits for their completions and timeouts, and reissues.
+func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int, notify roce.Notify) error {
+	if notify&roce.NotifyInitiator == 0 || notify&^roce.NotifyBoth != 0 {
+		return fmt.Errorf("ooo: notify %v: the initiator must be notified (NotifyInitiator or NotifyBoth)", notify)
+	}
+	if n < 0 {
+		return fmt.Errorf("ooo: negative length %d", n)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.slots[0].local == 0 {
+		return errors.New("ooo: writer closed")
+	}
+	for i := range w.lanes {
+		w.lanes[i].down = false
+	}
+
+	pctx, stop := context.WithCancel(ctx)
+	wcs := make(chan roce.WC, 64)
+	errc := make(chan error, len(w.lanes))
+	var wg sync.WaitGroup
+	for i := range w.lanes {
+		wg.Add(1)
+		go func(cq *roce.CQ) {
+			defer wg.Done()
+			pump(pctx, cq, wcs, errc)
+		}(w.lanes[i].CQ)
+	}
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+
+	pending := []op{{local: local, remote: remote, n: n}}
+	busy := 0
+	for len(pending) > 0 || busy > 0 {
+		full := false
+		for len(pending) > 0 {
+			si, ok := w.pick()
+			if !ok {
+				break
+			}
+			o := pending[0]
+			l := &w.lanes[w.slots[si].lane]
+			if max := OpPackets(w.est.loss(), w.cfg.Success, w.cfg.MaxPackets) * l.seg; o.n > max {
+				pending[0] = op{local: o.local + uint64(max), remote: o.remote + uint64(max), n: o.n - max, tries: o.tries}
+				o.n = max
+			} else {
+				pending = pending[1:]
+			}
+			if err := w.post(si, o, read, notify); err != nil {
+				l.free = append(l.free, si)
+				pending = append([]op{o}, pending...)
+				if errors.Is(err, roce.ErrQueueFull) {
+					full = true
+					break
+				}
+				return fmt.Errorf("ooo: %w", err)
+			}
+			busy++
+		}
+		now := time.Now()
+		next := now.Add(time.Hour)
+		if full {
+			next = now.Add(queueFullWait)
+		}
+		for i := range w.slots {
+			if w.slots[i].op.n >= 0 && w.slots[i].deadline.Before(next) {
+				next = w.slots[i].deadline
+			}
+		}
+		timer.Reset(next.Sub(now))
+		select {
+		case <-ctx.Done():
+			if err := w.abandon(); err != nil {
+				return errors.Join(ctx.Err(), err)
+			}
+			return ctx.Err()
+		case err := <-errc:
+			return fmt.Errorf("ooo: %w", err)
+		case wc := <-wcs:
+			freed, err := w.complete(wc, &pending)
+			if err != nil {
+				return err
+			}
+			busy -= freed
+		case <-timer.C:
+			now = time.Now()
+			for i := range w.slots {
+				if s := &w.slots[i]; s.op.n >= 0 && !now.Before(s.deadline) {
+					if err := w.retry(i, &pending); err != nil {
+						return err
+					}
+					busy--
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// pump hands the completions of one CQ to the call.
+func pump(ctx context.Context, cq *roce.CQ, out chan<- roce.WC, errc chan<- error) {
+	var buf [16]roce.WC
+	for {
+		n, err := cq.Wait(ctx, buf[:])
+		for i := range n {
+			select {
+			case out <- buf[i]:
+			case <-ctx.Done():
+				return
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				errc <- err
+			}
+			return
+		}
+	}
+}
+
+// pick takes an idle slot of a lane in service, going round the lanes.
+func (w *Writer) pick() (int, bool) {
+	for k := range w.lanes {
+		i := (w.rr + k) % len(w.lanes)
+		l := &w.lanes[i]
+		if l.down || len(l.free) == 0 {
+			continue
+		}
+		si := l.free[len(l.free)-1]
+		l.free = l.free[:len(l.free)-1]
+		w.rr = i + 1
+		return si, true
+	}
+	return 0, false
+}
+
+// post issues o on slot si with the slot's next tid.
+func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
+	s := &w.slots[si]
+	l := &w.lanes[s.lane]
+	s.tid++
+	if s.tid == 0 {
+		s.tid = 1
+	}
+	wr := roce.SendWR{ID: uint64(si)<<32 | uint64(s.tid), Opcode: roce.WROOOWrite,
+		RemoteAddr: l.Remote.VA + o.remote, RKey: l.Remote.RKey,
+		Ctx: s.local, RemoteCtx: s.remote, TID: s.tid, Notify: notify, Tag: w.cfg.Tag, Paths: w.cfg.Paths}
+	sge := [1]roce.SGE{{Addr: l.Local.Addr + o.local, Length: uint32(o.n), LKey: l.Local.LKey}}
+	if o.n > 0 || read {
+		wr.SGL = sge[:]
+	}
+	if read {
+		wr.Opcode = roce.WROOORead
+		wr.SinkRKey = l.Local.RKey
+	}
+	if err := l.QP.PostSend(wr); err != nil {
+		return err
+	}
+	w.st.Attempts++
+	s.op = o
+	s.sent = time.Now()
+	s.deadline = s.sent.Add(w.timeout(o.tries))
+	return nil
+}
+
+// timeout is how long attempt tries+1 of an operation waits for its
+// delivered completion.
+func (w *Writer) timeout(tries int) time.Duration {
+	t := max(w.cfg.Timeout, 3*w.srtt)
+	for range tries {
+		t = time.Duration(float64(t) * w.cfg.Backoff)
+		if t >= w.cfg.MaxTimeout {
+			return w.cfg.MaxTimeout
+		}
+	}
+	return min(t, w.cfg.MaxTimeout)
+}
+
+// packets is how many packets the operation on slot s sends.
+func (w *Writer) packets(s *slot) int {
+	seg := w.lanes[s.lane].seg
+	return max(1, (s.op.n+seg-1)/seg)
+}
+
+// complete handles one completion; it returns 1 when it ended the attempt
+// on a slot.
+func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
+	si, tid := int(wc.ID>>32), uint32(wc.ID)
+	if si >= len(w.slots) || w.slots[si].op.n < 0 || w.slots[si].tid != tid || wc.Ctx != 0 && wc.Ctx != w.slots[si].local {
+		w.st.StaleCompletions++
+		return 0, nil
+	}
+	s := &w.slots[si]
+	switch {
+	case wc.Status == roce.WCSuccess && wc.Opcode == roce.WCOOODelivered:
+		l := &w.lanes[s.lane]
+		w.st.Delivered++
+		w.st.Bytes += uint64(s.op.n)
+		w.est.add(w.packets(s), true)
+		l.misses = 0
+		rtt := time.Since(s.sent)
+		if w.srtt == 0 {
+			w.srtt = rtt
+		} else {
+			w.srtt += (rtt - w.srtt) / 8
+		}
+		s.op.n = -1
+		l.free = append(l.free, si)
+		return 1, nil
+	case wc.Status != roce.WCSuccess: // the request could not go out: reissue
+		return 1, w.retry(si, pending)
+	}
+	return 0, nil // a local completion (not asked for): delivery is what counts
+}
+
+// retry ends the attempt on slot si as failed and queues its operation again.
+func (w *Writer) retry(si int, pending *[]op) error {
+	s := &w.slots[si]
+	l := &w.lanes[s.lane]
+	o := s.op
+	w.est.add(w.packets(s), false)
+	w.st.Retries++
+	l.misses++
+	if l.misses >= w.cfg.DownAfter && !l.down && w.live() > 1 {
+		l.down = true
+		w.st.Failovers++
+	}
+	s.op.n = -1
+	l.free = append(l.free, si)
+	o.tries++
+	if o.tries >= w.cfg.MaxTries {
+		return fmt.Errorf("%w: %d bytes at offset %d, %d tries (tid %d)", ErrTooManyTries, o.n, o.local, o.tries, s.tid)
+	}
+	*pending = append([]op{o}, *pending...)
+	return nil
+}
+
+// live counts the lanes in service.
+func (w *Writer) live() int {
+	n := 0
+	for i := range w.lanes {
+		if !w.lanes[i].down {
+			n++
+		}
+	}
+	return n
+}
+
+// abandon gives up the attempts in flight: their local contexts go back to
+// the pool (what still comes for them is dropped as stale_ctx) and fresh
+// ones take their place.
+func (w *Writer) abandon() error {
+	var errs []error
+	for i := range w.slots {
+		s := &w.slots[i]
+		if s.op.n < 0 {
+			continue
+		}
+		l := &w.lanes[s.lane]
+		s.op.n = -1
+		l.free = append(l.free, i)
+		if err := l.QP.ReleaseContexts([]roce.Ctx{s.local}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c, err := l.QP.AcquireContexts(1)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.local = c[0]
+	}
+	return errors.Join(errs...)
+}
