@@ -34,7 +34,8 @@ const (
 	// CapOverwrite: the server honours a client's request to replace an existing file (and
 	// refuses it unless configured to allow it).
 	CapOverwrite = "overwrite"
-	// CapOOO: OOO mode (docs/ooo.md): the side runs OOO queue pairs for a client that asks.
+	// CapOOO: OOO mode (docs/ooo.md): the side runs OOO queue pairs for a client that asks
+	// (bench write --mode ooo; serve's put_ooo and get_ooo for send/get --mode ooo).
 	CapOOO = "ooo"
 )
 

@@ -94,6 +94,11 @@ func (d *Device) pathMTU(t QPType) MTU {
 	return d.pmtu
 }
 
+// OOOPathMTU is the path MTU Connect gives an OOO queue pair on this device
+// by default (PathMTU's, or smaller so that the XRH fits the link): what to
+// tell a peer before connecting one.
+func (d *Device) OOOPathMTU() MTU { return d.pathMTU(qp.OOO) }
+
 // contextPool returns the device's OOO context pool, making it the first
 // time (Options.OOOContexts, keys from Options.ContextSeed or, when 0, from
 // crypto/rand).

@@ -16,7 +16,7 @@ import (
 
 var sendCommand = &Command{
 	Name:       "send",
-	ShortUsage: "xdproce send --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--name NAME] [--force] [--enlarge] [--json] HOST FILE",
+	ShortUsage: "xdproce send --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--name NAME] [--force] [--enlarge | --mode ooo [--paths N]] [--json] HOST FILE",
 	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
 	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
 server's control port is not 18515) by RDMA WRITE into the server's
@@ -44,6 +44,18 @@ ENLARGE_CREDIT with their fields. The SHA-256 check and the temporary file
 are as without it; the result adds the phase reached, the promotions and the
 bytes this side had registered.
 
+With --mode ooo the file goes in OOO mode (docs/ooo.md): an OOO queue pair on
+each side, this side's OOO WRITEs placed by the server in any order, no
+retransmission by the transport; this side reissues an operation whose
+completion does not come (a larger transaction id, a longer timeout each
+time) and sizes operations from the loss it sees. --paths N spreads each
+operation's packets over N UDP source ports (ECMP; over --link udp the
+source port is fixed: one path). The server must offer OOO mode (any xdproce
+serve that knows it does, without a flag); one that does not is refused in
+the hello with one line. The result adds the operations, retries, stale
+completions, the loss estimate and the duplicate and stale packets this
+side dropped (with --json an "ooo" object).
+
 On a terminal a progress bar with rate and ETA goes to stderr. The result
 goes to stdout: the size, the verified SHA-256, the throughput and the link
 that carried it (with --json as one object: name, size, sha256, seconds,
@@ -55,13 +67,14 @@ EXAMPLES
   xdproce send --dev eth1 --link udp 198.51.100.1 notes.txt --name notes-v2.txt --force
   sudo xdproce send --dev eth1 --capture send.pcapng 198.51.100.1:9000 data.bin
   sudo xdproce send --dev eth1 --enlarge --capture f.pcapng 198.51.100.1 data.bin && xdproce dump f.pcapng
-  sudo xdproce send --dev eth1 --tls-fingerprint 3f9a...c2 198.51.100.1 data.bin`,
+  sudo xdproce send --dev eth1 --tls-fingerprint 3f9a...c2 198.51.100.1 data.bin
+  sudo xdproce send --dev eth1 --mode ooo --paths 4 --json 198.51.100.1 data.bin`,
 	Setup: setupSend,
 }
 
 var getCommand = &Command{
 	Name:       "get",
-	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--enlarge] [--json] HOST NAME [FILE]",
+	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--enlarge | --mode ooo] [--json] HOST NAME [FILE]",
 	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
 	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
 server's registered buffer and writes it to FILE (default: NAME in the
@@ -81,6 +94,10 @@ larger buffer and RDMA-writes an ENLARGE_ACK into the server's mailbox), and
 'xdproce dump' of a --capture shows them. The result adds the phase the
 direction reached, the promotions and the bytes this side had registered.
 
+With --mode ooo this side fetches the file by OOO READs instead, retried and
+sized as for 'send --mode ooo' (there is no --paths: a READ request is one
+packet, and the server's responses leave from its queue pair's one port).
+
 On a terminal a progress bar with rate and ETA goes to stderr; the result goes
 to stdout (with --json as one object, as for send).
 
@@ -88,7 +105,8 @@ EXAMPLES
   sudo xdproce get --dev eth1 --psk-file key 198.51.100.1 disk.img
   sudo xdproce get --dev eth1 198.51.100.1 disk.img /tmp/copy.img
   sudo xdproce get --dev eth1 --enlarge --capture g.pcapng 198.51.100.1 data.bin && xdproce dump g.pcapng
-  xdproce get --dev eth1 --link udp --json 198.51.100.1 notes.txt`,
+  xdproce get --dev eth1 --link udp --json 198.51.100.1 notes.txt
+  sudo xdproce get --dev eth1 --mode ooo 198.51.100.1 data.bin`,
 	Setup: setupGet,
 }
 
@@ -101,6 +119,8 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	enl := fs.Bool("enlarge", false, "send through an enlargement channel (small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA WRITE into a staging buffer")
 	forceBar := fs.Bool("progress", false, "draw the progress bar on stderr even when it is not a terminal")
 	force := fs.Bool("force", false, "replace a file of the same name on the server (which must run with --overwrite)")
+	var mf modeFlags
+	mf.register(fs, true)
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -143,12 +163,15 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if *force {
 			ccfg.Require = []string{cm.CapOverwrite}
 		}
+		o := &xfer.Options{Log: env.Log, Force: *force}
+		if err := mf.apply(cmd, o, ccfg, *enl); err != nil {
+			return err
+		}
 		conn, err := cm.Dial(ctx, host, ccfg)
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
 		bar := newProgress(env.Stderr, *name, *forceBar)
-		o := &xfer.Options{Log: env.Log, Force: *force}
 		if bar != nil {
 			o.Progress = bar.update
 		}
@@ -170,6 +193,8 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long to retry the control connection")
 	enl := fs.Bool("enlarge", false, "have the server send through an enlargement channel (this side's small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA READ from its staging buffer")
+	var mf modeFlags
+	mf.register(fs, false)
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -205,12 +230,15 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		}
 		defer closeDevice(env, dev)
 		ccfg.Retry = *retry
+		o := &xfer.Options{Log: env.Log}
+		if err := mf.apply(cmd, o, ccfg, *enl); err != nil {
+			return err
+		}
 		conn, err := cm.Dial(ctx, host, ccfg)
 		if err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
 		bar := newProgress(env.Stderr, name, false)
-		o := &xfer.Options{Log: env.Log}
 		if bar != nil {
 			o.Progress = bar.update
 		}
@@ -273,6 +301,9 @@ func printResult(env *Env, asJSON bool, verb, path string, res xfer.Result) erro
 		verb, path, res.Name, res.Size, res.SHA256, res.Gbps, res.Elapsed.Round(time.Millisecond), res.Op, res.Link, res.PathMTU)
 	if err == nil && res.Enlarge != nil {
 		err = printEnlarge(env, res.Enlarge)
+	}
+	if err == nil && res.OOO != nil {
+		err = printOOO(env, res.OOO)
 	}
 	return err
 }

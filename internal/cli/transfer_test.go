@@ -114,6 +114,11 @@ func TestTransferUsageErrors(t *testing.T) {
 		{[]string{"pingpong", "--dev", "lo", "127.0.0.1:0"}, `HOST "127.0.0.1:0": port "0"`},
 		{[]string{"get", "--dev", "lo", "127.0.0.1", "a\nb"}, "control characters are refused"},
 		{[]string{"send", "--dev", "lo", "--name", "x\ty", "127.0.0.1", f}, "control characters are refused"},
+		{[]string{"send", "--dev", "lo", "--mode", "uc", "127.0.0.1", f}, `--mode "uc": want rc or ooo`},
+		{[]string{"send", "--dev", "lo", "--paths", "4", "127.0.0.1", f}, "--paths needs --mode ooo"},
+		{[]string{"send", "--dev", "lo", "--mode", "ooo", "--paths", "65", "127.0.0.1", f}, "--paths 65: want 1..64"},
+		{[]string{"send", "--dev", "lo", "--mode", "ooo", "--enlarge", "127.0.0.1", f}, "--mode ooo and --enlarge exclude each other"},
+		{[]string{"get", "--dev", "lo", "--mode", "ooo", "--enlarge", "127.0.0.1", "f"}, "--mode ooo and --enlarge exclude each other"},
 	} {
 		oneErrorLine(t, strings.Join(tt.args, " "), runBinary(t, tt.args...), 2, tt.want)
 	}

@@ -29,9 +29,11 @@ type Result struct {
 	Link    string        `json:"link"`      // this side's link
 	Peer    string        `json:"peer_link"` // the peer's link
 	PathMTU int           `json:"path_mtu"`
-	Op      string        `json:"op"` // "RDMA WRITE", "RDMA READ" or OpEnlarge
+	Op      string        `json:"op"` // "RDMA WRITE", "RDMA READ", OpEnlarge, OpOOOWrite or OpOOORead
 	// Enlarge is set for a transfer through an enlargement channel.
 	Enlarge *EnlargeResult `json:"enlarge,omitempty"`
+	// OOO is set for a transfer in OOO mode (ooo.go).
+	OOO *OOOResult `json:"ooo,omitempty"`
 }
 
 // OpEnlarge is Result.Op of a transfer through an enlargement channel.
@@ -87,12 +89,15 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	defer cancel(nil)
 	c := newCtrl(ctx, conn)
 	defer c.close()
+	if o.OOO != nil {
+		return sendOOO(ctx, cancel, c, dev, r, size, name, &o)
+	}
 	if o.Enlarge != nil {
 		return sendEnlarge(ctx, cancel, c, dev, r, size, name, &o)
 	}
 
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
-	q, err := newQPConn(dev, slotSize, slots, roce.LocalWrite, conn.LocalAddr())
+	q, err := newQPConn(dev, roce.RC, slotSize, slots, roce.LocalWrite, conn.LocalAddr())
 	if err != nil {
 		return res, err
 	}
@@ -117,40 +122,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
 	start := time.Now()
 
-	// The reader returns freed slots and the final verdict.
-	free := make(chan int, q.slots)
-	final := make(chan message, 1)
-	go func() {
-		for {
-			var m message
-			if err := c.recv(&m); err != nil {
-				cancel(err)
-				return
-			}
-			switch m.Type {
-			case msgFree:
-				if m.Slot < 0 || m.Slot >= q.slots {
-					cancel(fmt.Errorf("control connection: free of slot %d (of %d)", m.Slot, q.slots))
-					return
-				}
-				free <- m.Slot
-			case msgOK, msgError:
-				if m.Type == msgError {
-					// The server's reason ends the transfer at once, and
-					// wins over what its going away does to the writes.
-					cancel(&RemoteError{Msg: m.Error})
-				}
-				final <- m
-				return
-			default:
-				cancel(fmt.Errorf("control connection: unexpected %q during the transfer", m.Type))
-				return
-			}
-		}
-	}()
-	for i := range q.slots {
-		free <- i
-	}
+	free, final := watchFree(c, cancel, q.slots)
 
 	h := sha256.New()
 	type pending struct {
@@ -264,6 +236,47 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	}
 	res.finish(start)
 	return res, nil
+}
+
+// watchFree reads what the server sends during a put: the slots it frees
+// (on free, which starts with every slot) and its verdict (on final); an
+// error message, a bad or unexpected message or the connection's end
+// cancels ctx with the reason.
+func watchFree(c *ctrl, cancel context.CancelCauseFunc, slots int) (free chan int, final chan message) {
+	free = make(chan int, slots)
+	final = make(chan message, 1)
+	for i := range slots {
+		free <- i
+	}
+	go func() {
+		for {
+			var m message
+			if err := c.recv(&m); err != nil {
+				cancel(err)
+				return
+			}
+			switch m.Type {
+			case msgFree:
+				if m.Slot < 0 || m.Slot >= slots {
+					cancel(fmt.Errorf("control connection: free of slot %d (of %d)", m.Slot, slots))
+					return
+				}
+				free <- m.Slot
+			case msgOK, msgError:
+				if m.Type == msgError {
+					// The server's reason ends the transfer at once, and
+					// wins over what its going away does to the writes.
+					cancel(&RemoteError{Msg: m.Error})
+				}
+				final <- m
+				return
+			default:
+				cancel(fmt.Errorf("control connection: unexpected %q during the transfer", m.Type))
+				return
+			}
+		}
+	}()
+	return free, final
 }
 
 // stagingSize picks the slot size and count for size bytes: no more than

@@ -102,7 +102,7 @@ func newChanConn(dev *roce.Device, cfg *enlarge.Config, co *roce.ConnectOptions,
 	if err != nil {
 		return nil, fmt.Errorf("enlargement channel: %w", err)
 	}
-	q, err := newBareQP(dev, cqDepth, send, recv, local)
+	q, err := newBareQP(dev, roce.RC, cqDepth, send, recv, local)
 	if err != nil {
 		return nil, err
 	}

@@ -38,11 +38,14 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 			tmp.discard()
 		}
 	}()
+	if o.OOO != nil {
+		return getOOO(ctx, c, dev, name, tmp, &o)
+	}
 	if o.Enlarge != nil {
 		return getEnlarge(ctx, cancel, c, dev, name, tmp, &o)
 	}
 
-	q, err := newQPConn(dev, o.SlotSize, o.Slots, roce.LocalWrite, conn.LocalAddr())
+	q, err := newQPConn(dev, roce.RC, o.SlotSize, o.Slots, roce.LocalWrite, conn.LocalAddr())
 	if err != nil {
 		return res, err
 	}

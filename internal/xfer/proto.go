@@ -23,6 +23,7 @@ const (
 	msgPut = "put" // client → server: store NAME (Size bytes) written by RDMA WRITE
 	// msgPutEnlarge (enlarge_put.go): store NAME sent through an enlargement channel
 	msgGet = "get" // client → server: send NAME by RDMA READ
+	// msgPutOOO, msgGetOOO (ooo.go): as put and get, by OOO WRITE and READ
 	// msgGetEnlarge, msgReady (enlarge_get.go): send NAME through an enlargement channel
 	msgAccept = "accept" // server → client: the server's QP and staging buffer
 	msgData   = "data"   // a slot holds Len bytes of the content at Off
@@ -61,6 +62,10 @@ type message struct {
 
 	SHA256 string `json:"sha256,omitempty"`
 	Error  string `json:"error,omitempty"`
+
+	// OOO mode (put_ooo, get_ooo accepts): the server's contexts, each an
+	// id and key (roce.Ctx), for the client's operations.
+	Ctxs []uint32 `json:"ctxs,omitempty"`
 
 	// Enlargement channel (put_enlarge, get_enlarge and their accepts).
 	Channel *channelInfo `json:"channel,omitempty"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdproce/xdproce/enlarge"
 	"github.com/xdproce/xdproce/roce"
+	"github.com/xdproce/xdproce/roce/ooo"
 )
 
 // Defaults of Options.
@@ -47,6 +48,12 @@ type Options struct {
 	// `xdproce get --enlarge` use. Servers accept every kind of transfer
 	// whatever their Options.
 	Enlarge *enlarge.Config
+	// OOO, when set, makes Send and Get move the file in OOO mode (ooo.go):
+	// the client's OOO queue pair writes into (reads from) the server's
+	// staging buffer through package roce/ooo's Writer with this
+	// configuration (Paths: UDP source ports per operation). The server
+	// must announce cm.CapOOO. Not with Enlarge.
+	OOO *ooo.Config
 }
 
 func (o *Options) withDefaults() Options {
@@ -69,7 +76,8 @@ func (o *Options) withDefaults() Options {
 	return r
 }
 
-// qpConn is one RC queue pair with a registered staging buffer of slots.
+// qpConn is one RC (or OOO) queue pair with a registered staging buffer of
+// slots.
 type qpConn struct {
 	dev      *roce.Device
 	pd       *roce.PD
@@ -79,12 +87,19 @@ type qpConn struct {
 	mr       *roce.MR
 	psn      uint32
 	gid      netip.Addr
+	pmtu     roce.MTU // the largest path MTU this side's queue pair takes
 	slotSize int
 	slots    int
 }
 
-func newQPConn(dev *roce.Device, slotSize, slots int, access roce.Access, local net.Addr) (*qpConn, error) {
-	q, err := newBareQP(dev, 4*(slots+4), 2*(slots+4), 4, local)
+// newQPConn makes a queue pair of type typ (RC, or OOO: ooo.go) with a
+// staging buffer of slots × slotSize bytes registered with access.
+func newQPConn(dev *roce.Device, typ roce.QPType, slotSize, slots int, access roce.Access, local net.Addr) (*qpConn, error) {
+	cqDepth, sendWR := 4*(slots+4), 2*(slots+4)
+	if typ == roce.OOO {
+		cqDepth, sendWR = 4*oooContexts, 2*oooContexts
+	}
+	q, err := newBareQP(dev, typ, cqDepth, sendWR, 4, local)
 	if err != nil {
 		return nil, err
 	}
@@ -98,15 +113,19 @@ func newQPConn(dev *roce.Device, slotSize, slots int, access roce.Access, local 
 }
 
 // newBareQP makes a protection domain, a completion queue of cqDepth for
-// both queues and an RC queue pair with the given queue sizes; no memory.
-func newBareQP(dev *roce.Device, cqDepth, sendWR, recvWR int, local net.Addr) (*qpConn, error) {
-	q := &qpConn{dev: dev, pd: dev.AllocPD()}
+// both queues and a queue pair of type typ with the given queue sizes; no
+// memory.
+func newBareQP(dev *roce.Device, typ roce.QPType, cqDepth, sendWR, recvWR int, local net.Addr) (*qpConn, error) {
+	q := &qpConn{dev: dev, pd: dev.AllocPD(), pmtu: dev.PathMTU()}
+	if typ == roce.OOO {
+		q.pmtu = dev.OOOPathMTU()
+	}
 	var err error
 	if q.cq, err = dev.CreateCQ(cqDepth); err != nil {
 		q.close()
 		return nil, fmt.Errorf("create cq: %w", err)
 	}
-	if q.qp, err = q.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: q.cq, RecvCQ: q.cq,
+	if q.qp, err = q.pd.CreateQP(roce.QPConfig{Type: typ, SendCQ: q.cq, RecvCQ: q.cq,
 		MaxSendWR: sendWR, MaxRecvWR: recvWR}); err != nil {
 		q.close()
 		return nil, fmt.Errorf("create qp: %w", err)
@@ -148,7 +167,7 @@ func (q *qpConn) endpoint(m *message) {
 	m.QPN = q.qp.QPN()
 	m.PSN = q.psn
 	m.GID = q.gid.String()
-	m.PathMTU = q.dev.PathMTU().Bytes()
+	m.PathMTU = q.pmtu.Bytes()
 	m.Link = q.dev.LinkName()
 }
 
@@ -165,7 +184,7 @@ func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
 		co = roce.DefaultConnectOptions()
 	}
 	co.SGID = q.gid
-	mtu := q.dev.PathMTU().Bytes()
+	mtu := q.pmtu.Bytes()
 	if m.PathMTU > 0 && m.PathMTU < mtu {
 		mtu = m.PathMTU
 	}

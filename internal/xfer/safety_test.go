@@ -101,7 +101,7 @@ func rawPut(t *testing.T, r *rig, conn *cm.Conn, name string, size int64) messag
 	t.Helper()
 	c := newCtrl(t.Context(), conn)
 	defer c.close()
-	q, err := newQPConn(r.client, 4096, 1, 1, conn.LocalAddr())
+	q, err := newQPConn(r.client, roce.RC, 4096, 1, 1, conn.LocalAddr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,12 +121,18 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 	)
 	switch req.Type {
 	case msgPut:
-		res, err = s.servePut(ctx, cancel, c, &req)
+		res, err = s.servePut(ctx, cancel, c, &req, roce.RC)
+	case msgPutOOO:
+		op = msgPut
+		res, err = s.servePut(ctx, cancel, c, &req, roce.OOO)
 	case msgPutEnlarge:
 		op = msgPut
 		res, err = s.servePutEnlarge(ctx, cancel, c, &req)
 	case msgGet:
-		res, err = s.serveGet(ctx, cancel, c, &req)
+		res, err = s.serveGet(ctx, cancel, c, &req, roce.RC)
+	case msgGetOOO:
+		op = msgGet
+		res, err = s.serveGet(ctx, cancel, c, &req, roce.OOO)
 	case msgGetEnlarge:
 		op = msgGet
 		res, err = s.serveGetEnlarge(ctx, cancel, c, &req)
@@ -158,16 +164,18 @@ func (s *Server) limits(req *message) (slotSize, slots int) {
 	return slotSize, slots
 }
 
-func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
+// servePut receives a file written into its staging buffer by RDMA WRITE
+// (typ RC) or by the client's OOO WRITEs (typ OOO, put_ooo: ooo.go).
+func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message, typ roce.QPType) (res Result, err error) {
 	o := s.Options.withDefaults()
-	res = Result{Name: req.Name, Size: req.Size, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA WRITE"}
+	res = Result{Name: req.Name, Size: req.Size, Link: s.Dev.LinkName(), Peer: req.Link, Op: opName(typ, false)}
 	tmp, cleanup, err := s.startReceive(c, req)
 	if err != nil {
 		return res, err
 	}
 	defer cleanup()
 	slotSize, slots := s.limits(req)
-	q, err := newQPConn(s.Dev, slotSize, slots, roce.LocalWrite|roce.RemoteWrite, c.c.LocalAddr())
+	q, err := newQPConn(s.Dev, typ, slotSize, slots, roce.LocalWrite|roce.RemoteWrite, c.c.LocalAddr())
 	if err != nil {
 		return res, refuse(c, err)
 	}
@@ -176,12 +184,16 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 		return res, refuse(c, err)
 	}
 	acc := &message{Type: msgAccept, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
+	if err := q.offerContexts(acc, &res); err != nil {
+		return res, refuse(c, err)
+	}
 	q.endpoint(acc)
 	res.PathMTU = min(acc.PathMTU, req.PathMTU)
 	if err := c.send(acc); err != nil {
 		return res, err
 	}
 	start := time.Now()
+	defer q.oooCounters(&res)
 	h := sha256.New()
 	var next int64
 	for {
@@ -250,9 +262,11 @@ func (s *Server) openGet(c *ctrl, req *message) (*os.File, int64, error) {
 	return f, st.Size(), nil
 }
 
-func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message) (res Result, err error) {
+// serveGet sends a file through its staging buffer, read by the client by
+// RDMA READ (typ RC) or by OOO READs (typ OOO, get_ooo: ooo.go).
+func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, req *message, typ roce.QPType) (res Result, err error) {
 	o := s.Options.withDefaults()
-	res = Result{Name: req.Name, Link: s.Dev.LinkName(), Peer: req.Link, Op: "RDMA READ"}
+	res = Result{Name: req.Name, Link: s.Dev.LinkName(), Peer: req.Link, Op: opName(typ, true)}
 	f, size, err := s.openGet(c, req)
 	if err != nil {
 		return res, err
@@ -261,7 +275,7 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 	res.Size = size
 	slotSize, slots := s.limits(req)
 	slotSize, slots = stagingSize(size, slotSize, slots)
-	q, err := newQPConn(s.Dev, slotSize, slots, roce.LocalWrite|roce.RemoteRead, c.c.LocalAddr())
+	q, err := newQPConn(s.Dev, typ, slotSize, slots, roce.LocalWrite|roce.RemoteRead, c.c.LocalAddr())
 	if err != nil {
 		return res, refuse(c, err)
 	}
@@ -270,12 +284,16 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 		return res, refuse(c, err)
 	}
 	acc := &message{Type: msgAccept, Size: size, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
+	if err := q.offerContexts(acc, &res); err != nil {
+		return res, refuse(c, err)
+	}
 	q.endpoint(acc)
 	res.PathMTU = min(acc.PathMTU, req.PathMTU)
 	if err := c.send(acc); err != nil {
 		return res, err
 	}
 	start := time.Now()
+	defer q.oooCounters(&res)
 	free := make(chan int, slots)
 	final := make(chan message, 1)
 	go func() {

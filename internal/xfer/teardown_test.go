@@ -15,7 +15,15 @@ import (
 // AF_XDP.
 func pipeDevices(t *testing.T) (a, b *roce.Device) {
 	t.Helper()
-	la, lb, err := pipe.New(pipe.Config{MTU: 4200})
+	return pipeDevicesWith(t, pipe.Config{})
+}
+
+// pipeDevicesWith is pipeDevices over a pipe with cfg (its MTU 4200: OOO
+// segments of 4096 bytes).
+func pipeDevicesWith(t *testing.T, cfg pipe.Config) (a, b *roce.Device) {
+	t.Helper()
+	cfg.MTU = 4200
+	la, lb, err := pipe.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,11 +29,11 @@ func TestPrivilegedTeardownXSK(t *testing.T) {
 	}
 	a, b := open(topo.A), open(topo.B)
 	for i := range 3 {
-		qa, err := newQPConn(a, 4096, 1, roce.LocalWrite, nil)
+		qa, err := newQPConn(a, roce.RC, 4096, 1, roce.LocalWrite, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		qb, err := newQPConn(b, 4096, 1, roce.LocalWrite, nil)
+		qb, err := newQPConn(b, roce.RC, 4096, 1, roce.LocalWrite, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

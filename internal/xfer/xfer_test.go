@@ -157,7 +157,7 @@ func TestRefusals(t *testing.T) {
 	// A client lying about the checksum: the server refuses and keeps nothing.
 	c := newCtrl(t.Context(), r.dial(t))
 	defer c.close()
-	q, err := newQPConn(r.client, 4096, 1, 1, c.c.LocalAddr())
+	q, err := newQPConn(r.client, roce.RC, 4096, 1, 1, c.c.LocalAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
