@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"os"
@@ -213,29 +214,39 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 			return res, err
 		}
 	}
+	if res.SHA256, err = endPut(ctx, c, r, h, size, name, final); err != nil {
+		return res, err
+	}
+	res.finish(start)
+	return res, nil
+}
+
+// endPut ends a put once every slot is written: it checks that r has no
+// more than size bytes, sends the end message with the SHA-256 of h and
+// waits for the server's verdict. It returns the SHA-256.
+func endPut(ctx context.Context, c *ctrl, r io.Reader, h hash.Hash, size int64, name string, final <-chan message) (string, error) {
 	// A file that grew while being read is not what was announced.
 	var extra [1]byte
 	if n, _ := r.Read(extra[:]); n > 0 {
 		c.send(&message{Type: msgError, Error: "the file grew while being sent"})
-		return res, fmt.Errorf("read %s: the file grew while being sent", name)
+		return "", fmt.Errorf("read %s: the file grew while being sent", name)
 	}
-	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
-		return res, ctxErr(ctx, err)
+	sum := hex.EncodeToString(h.Sum(nil))
+	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: sum}); err != nil {
+		return sum, ctxErr(ctx, err)
 	}
 	select {
 	case m := <-final:
 		if m.Type == msgError {
-			return res, &RemoteError{Msg: m.Error}
+			return sum, &RemoteError{Msg: m.Error}
 		}
-		if m.SHA256 != res.SHA256 {
-			return res, fmt.Errorf("checksum mismatch: sent sha256 %s, server has %s", res.SHA256, m.SHA256)
+		if m.SHA256 != sum {
+			return sum, fmt.Errorf("checksum mismatch: sent sha256 %s, server has %s", sum, m.SHA256)
 		}
 	case <-ctx.Done():
-		return res, ctxErr(ctx, nil)
+		return sum, ctxErr(ctx, nil)
 	}
-	res.finish(start)
-	return res, nil
+	return sum, nil
 }
 
 // watchFree reads what the server sends during a put: the slots it frees

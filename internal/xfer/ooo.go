@@ -198,25 +198,8 @@ func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *
 			o.Progress(off, size)
 		}
 	}
-	var extra [1]byte
-	if n, _ := r.Read(extra[:]); n > 0 {
-		c.send(&message{Type: msgError, Error: "the file grew while being sent"})
-		return res, fmt.Errorf("read %s: the file grew while being sent", name)
-	}
-	res.SHA256 = hex.EncodeToString(h.Sum(nil))
-	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
-		return res, ctxErr(ctx, err)
-	}
-	select {
-	case m := <-final:
-		if m.Type == msgError {
-			return res, &RemoteError{Msg: m.Error}
-		}
-		if m.SHA256 != res.SHA256 {
-			return res, fmt.Errorf("checksum mismatch: sent sha256 %s, server has %s", res.SHA256, m.SHA256)
-		}
-	case <-ctx.Done():
-		return res, ctxErr(ctx, nil)
+	if res.SHA256, err = endPut(ctx, c, r, h, size, name, final); err != nil {
+		return res, err
 	}
 	res.finish(start)
 	return res, nil
