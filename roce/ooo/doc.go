@@ -13,7 +13,8 @@
 //     with its own tid, last + 1 for every attempt, so the target resets the
 //     context for a reissue and drops the stragglers of an older attempt.
 //   - Retry: an attempt without its delivered completion within its timeout
-//     (Config.Timeout, at least 3 × the smoothed round trip, times
+//     (the smoothed round trip plus four deviations, at least
+//     Config.Timeout, times
 //     Config.Backoff for every earlier try of the operation, at most
 //     Config.MaxTimeout) is reissued whole with a larger tid, at most
 //     Config.MaxTries times. A completion whose tid is not the slot's
@@ -24,7 +25,7 @@
 //     at OpPackets(p, Config.Success, Config.MaxPackets) packets, so each
 //     succeeds with probability at least Config.Success; a timed-out
 //     operation larger than that is reissued as operations of the current
-//     size (sizing.go).
+//     size (sizing.go). At most Config.Window packets are in flight.
 //   - Striping and failover: operations go to the lanes round robin; a lane
 //     whose attempts time out Config.DownAfter times in a row with no
 //     delivery in between is taken out for the rest of the call and its

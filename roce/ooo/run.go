@@ -54,7 +54,7 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 	busy := 0
 	for len(pending) > 0 || busy > 0 {
 		full := false
-		for len(pending) > 0 {
+		for len(pending) > 0 && (busy == 0 || w.inflight < w.cfg.Window) {
 			si, ok := w.pick()
 			if !ok {
 				break
@@ -179,15 +179,19 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 	}
 	w.st.Attempts++
 	s.op = o
+	w.inflight += w.packets(s)
 	s.sent = time.Now()
 	s.deadline = s.sent.Add(w.timeout(o.tries))
 	return nil
 }
 
 // timeout is how long attempt tries+1 of an operation waits for its
-// delivered completion.
+// delivered completion: the round trip's mean plus four deviations (RFC
+// 6298's rule; an operation queues behind the others in flight, so the
+// round trip varies with the load), at least Config.Timeout, then backed
+// off.
 func (w *Writer) timeout(tries int) time.Duration {
-	t := max(w.cfg.Timeout, 3*w.srtt)
+	t := max(w.cfg.Timeout, w.srtt+4*w.rttv)
 	for range tries {
 		t = time.Duration(float64(t) * w.cfg.Backoff)
 		if t >= w.cfg.MaxTimeout {
@@ -221,17 +225,27 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 		l.misses = 0
 		rtt := time.Since(s.sent)
 		if w.srtt == 0 {
-			w.srtt = rtt
+			w.srtt, w.rttv = rtt, rtt/2
 		} else {
-			w.srtt += (rtt - w.srtt) / 8
+			d := rtt - w.srtt
+			w.srtt += d / 8
+			w.rttv += (max(d, -d) - w.rttv) / 4
 		}
-		s.op.n = -1
-		l.free = append(l.free, si)
+		w.idle(si)
 		return 1, nil
 	case wc.Status != roce.WCSuccess: // the request could not go out: reissue
 		return 1, w.retry(si, pending)
 	}
 	return 0, nil // a local completion (not asked for): delivery is what counts
+}
+
+// idle ends the attempt on slot si: the slot is free again and its packets
+// no longer in flight.
+func (w *Writer) idle(si int) {
+	s := &w.slots[si]
+	w.inflight -= w.packets(s)
+	s.op.n = -1
+	w.lanes[s.lane].free = append(w.lanes[s.lane].free, si)
 }
 
 // retry ends the attempt on slot si as failed and queues its operation again.
@@ -246,8 +260,7 @@ func (w *Writer) retry(si int, pending *[]op) error {
 		l.down = true
 		w.st.Failovers++
 	}
-	s.op.n = -1
-	l.free = append(l.free, si)
+	w.idle(si)
 	o.tries++
 	if o.tries >= w.cfg.MaxTries {
 		return fmt.Errorf("%w: %d bytes at offset %d, %d tries (tid %d)", ErrTooManyTries, o.n, o.local, o.tries, s.tid)
@@ -278,8 +291,7 @@ func (w *Writer) abandon() error {
 			continue
 		}
 		l := &w.lanes[s.lane]
-		s.op.n = -1
-		l.free = append(l.free, i)
+		w.idle(i)
 		if err := l.QP.ReleaseContexts([]roce.Ctx{s.local}); err != nil {
 			errs = append(errs, err)
 			continue

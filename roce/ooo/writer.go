@@ -21,6 +21,7 @@ type Config struct {
 	MaxPackets int           // the largest operation, in packets (0: 256)
 	Loss       float64       // the loss estimate to start from (0: none)
 	DownAfter  int           // consecutive timeouts that take a lane out of a call (0: 3)
+	Window     int           // packets in flight over all lanes before the next operation waits (0: 1024)
 	Tag        uint32        // the tag of every operation (echoed in the target's completions)
 }
 
@@ -57,6 +58,9 @@ func (c *Config) fill() error {
 	}
 	if c.DownAfter <= 0 {
 		c.DownAfter = 3
+	}
+	if c.Window <= 0 {
+		c.Window = 1024
 	}
 	return nil
 }
@@ -111,8 +115,11 @@ type Writer struct {
 	mu    sync.Mutex // one call at a time; Stats
 	st    Stats
 	est   lossEstimate
-	srtt  time.Duration
-	rr    int // the lane the next operation tries first
+	srtt  time.Duration // smoothed round trip of delivered attempts
+	rttv  time.Duration // its mean deviation
+	rr    int           // the lane the next operation tries first
+	// packets of the attempts in flight (Config.Window)
+	inflight int
 }
 
 type lane struct {
