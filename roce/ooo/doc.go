@@ -13,11 +13,12 @@
 //     with its own tid, last + 1 for every attempt, so the target resets the
 //     context for a reissue and drops the stragglers of an older attempt.
 //   - Retry: an attempt without its delivered completion within its timeout
-//     (the smoothed round trip plus four deviations, at least
-//     Config.Timeout, times
-//     Config.Backoff for every earlier try of the operation, at most
-//     Config.MaxTimeout) is reissued whole with a larger tid, at most
-//     Config.MaxTries times. A completion whose tid is not the slot's
+//     is reissued whole with a larger tid, at most
+//     Config.MaxTries times. The timeout counts from the attempt's local
+//     completion (its last packet handed to the link): the smoothed round
+//     trip plus four deviations, at least Config.Timeout, times
+//     Config.Backoff for every earlier try, at most Config.MaxTimeout. A
+//     delivered completion whose tid is not the slot's
 //     current one is ignored and counted (Stats.StaleCompletions).
 //   - Sizing: an operation of n packets arrives whole only if its n packets
 //     and its completion all do: probability (1−p)^(n+1) at packet loss p.

@@ -163,7 +163,7 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 	if s.tid == 0 {
 		s.tid = 1
 	}
-	wr := roce.SendWR{ID: uint64(si)<<32 | uint64(s.tid), Opcode: roce.WROOOWrite,
+	wr := roce.SendWR{ID: uint64(si)<<32 | uint64(s.tid), Opcode: roce.WROOOWrite, Flags: roce.Signaled,
 		RemoteAddr: l.Remote.VA + o.remote, RKey: l.Remote.RKey,
 		Ctx: s.local, RemoteCtx: s.remote, TID: s.tid, Notify: notify, Tag: w.cfg.Tag, Paths: w.cfg.Paths}
 	sge := [1]roce.SGE{{Addr: l.Local.Addr + o.local, Length: uint32(o.n), LKey: l.Local.LKey}}
@@ -180,8 +180,11 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 	w.st.Attempts++
 	s.op = o
 	w.inflight += w.packets(s)
+	// The timeout runs from the local completion (the last packet handed
+	// to the link: time queued behind the other attempts is not round
+	// trip); until then only MaxTimeout bounds the wait.
 	s.sent = time.Now()
-	s.deadline = s.sent.Add(w.timeout(o.tries))
+	s.deadline = s.sent.Add(w.cfg.MaxTimeout)
 	return nil
 }
 
@@ -212,8 +215,10 @@ func (w *Writer) packets(s *slot) int {
 func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 	si, tid := int(wc.ID>>32), uint32(wc.ID)
 	if si >= len(w.slots) || w.slots[si].op.n < 0 || w.slots[si].tid != tid || wc.Ctx != 0 && wc.Ctx != w.slots[si].local {
-		w.st.StaleCompletions++
-		return 0, nil
+		if wc.Opcode == roce.WCOOODelivered {
+			w.st.StaleCompletions++
+		}
+		return 0, nil // a local completion of an attempt given up
 	}
 	s := &w.slots[si]
 	switch {
@@ -235,8 +240,11 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 		return 1, nil
 	case wc.Status != roce.WCSuccess: // the request could not go out: reissue
 		return 1, w.retry(si, pending)
+	case wc.Opcode == roce.WCOOOWrite || wc.Opcode == roce.WCOOORead: // sent: the round trip starts
+		s.sent = time.Now()
+		s.deadline = s.sent.Add(w.timeout(s.op.tries))
 	}
-	return 0, nil // a local completion (not asked for): delivery is what counts
+	return 0, nil
 }
 
 // idle ends the attempt on slot si: the slot is free again and its packets
