@@ -39,6 +39,8 @@ type sendResult struct {
 		StaleCompletions uint64  `json:"stale_completions"`
 		LossEstimate     float64 `json:"loss_estimate"`
 		OpPackets        int     `json:"op_packets"`
+		StaleTID         uint64  `json:"stale_tid"` // late completions the transport dropped
+		DupIndex         uint64  `json:"dup_index"`
 	} `json:"ooo"`
 }
 
