@@ -277,6 +277,21 @@ func TestPrivilegedBottleneckRoCEMarkKeepsICRC(t *testing.T) {
 		Rate: 20e6, Queue: 100, MarkMin: 2, MarkMax: 2, MarkP: 1,
 	}})
 	tx, rx := packetSocket(t, topo.A), packetSocket(t, topo.B)
+	// Wait until the relay reads frames (a new veth and the relay's socket
+	// take a moment): probe with a local-experimental ethertype, which the
+	// receive loop below skips as chatter.
+	probe := make([]byte, 60)
+	copy(probe, topo.B.HWAddr)
+	copy(probe[6:], topo.A.HWAddr)
+	binary.BigEndian.PutUint16(probe[12:], 0x88B5)
+	for deadline := time.Now().Add(3 * time.Second); topo.Relay.Stats().Received == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay read no frame within 3 s")
+		}
+		if _, err := unix.Write(tx, probe); err != nil {
+			t.Fatal(err)
+		}
+	}
 	const n = 40
 	sent := make([][]byte, n)
 	for i := range n {

@@ -132,7 +132,9 @@ func TestStripeFailover(t *testing.T) {
 	st := w.Stats()
 	s0, s1 := l0.b.dev.Stats().OOO.CompletionsSent, l1.b.dev.Stats().OOO.CompletionsSent
 	t.Logf("stats %+v; completions from lane 0 %d, lane 1 %d", st, s0, s1)
-	if st.Failovers != 1 || st.Retries < 2 || s0 < 4 || s1 <= s0 || st.Delivered > s0+s1 {
+	// How much lane 0 carried before the cut took effect depends on when the
+	// watcher above ran: require only that both lanes carried operations.
+	if st.Failovers != 1 || st.Retries < 2 || s0 < 4 || s1 == 0 || st.Delivered > s0+s1 {
 		t.Errorf("stats %+v, completions lane 0 %d lane 1 %d: want one failover, both lanes used", st, s0, s1)
 	}
 }
