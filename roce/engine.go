@@ -82,6 +82,7 @@ func (e *engine) run(started chan<- error) {
 	}
 	started <- nil
 	spin := newSpinner(d.opts.BusyPoll)
+	spinning := d.opts.BusyPoll != 0 // without it no round reads the clock to ask the spinner
 	coalesce := d.opts.RxCoalesce
 	if d.opts.BusyPoll > 0 {
 		coalesce = 0
@@ -133,7 +134,7 @@ func (e *engine) run(started chan<- error) {
 		// In a stream of received frames, nap (Options.RxCoalesce) rather
 		// than spin; otherwise poll again while the spinner says so.
 		nap := coalesce > 0 && n >= 2 && sent*8 < uint64(n)
-		if !nap && spin.spin(d.now(), active) {
+		if !nap && spinning && spin.spin(d.now(), active) {
 			runtime.Gosched()
 			continue
 		}
@@ -254,7 +255,10 @@ func (e *engine) input(frame []byte, now int64) {
 		e.dropUnknownQPN++
 		return
 	}
-	if info, _ := p.BTH.Opcode.Info(); info.Transport == wire.OOO && q.q.Type() != qp.OOO {
+	// Only a device with OOO queue pairs decodes OOO opcodes (their
+	// transport bits are 110); the opcode's high bits say it without
+	// copying its table entry.
+	if flags&wire.AcceptOOO != 0 && p.BTH.Opcode>>5 == 6 && q.q.Type() != qp.OOO {
 		e.dropMalformed++ // as on a device without OOO queue pairs: an unknown opcode
 		return
 	}
