@@ -46,6 +46,9 @@ type Config struct {
 	// Require lists capabilities the peer must announce in its hello (Capabilities); one it
 	// lacks fails the hello with ErrCapability on both sides.
 	Require []string
+	// DialContext, when set, makes a client's TCP connections instead of a net.Dialer (a
+	// test's wrapper that counts the control connection's bytes, for one).
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (c *Config) orDefault() Config {
@@ -104,10 +107,13 @@ func Dial(ctx context.Context, addr string, cfg *Config) (*Conn, error) {
 	start := time.Now()
 	deadline := start.Add(c.Retry)
 	pause := c.Backoff
-	var d net.Dialer
+	dial := c.DialContext
+	if dial == nil {
+		dial = new(net.Dialer).DialContext
+	}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, c.Timeout)
-		nc, err := d.DialContext(actx, "tcp", addr)
+		nc, err := dial(actx, "tcp", addr)
 		cancel()
 		if err == nil {
 			conn, herr := handshakeClient(ctx, nc, tcfg, pcfg, &c, addr)

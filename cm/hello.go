@@ -37,10 +37,13 @@ const (
 	// CapOOO: OOO mode (docs/ooo.md): the side runs OOO queue pairs for a client that asks
 	// (bench write --mode ooo; serve's put_ooo and get_ooo for send/get --mode ooo).
 	CapOOO = "ooo"
+	// CapRange: the server sends part of a file when a get asks for one (internal/xfer's span;
+	// `xdproce gateway` for an HTTP Range).
+	CapRange = "get-range"
 )
 
 // Capabilities lists what this side offers in its hello.
-var Capabilities = []string{CapPSK, CapOverwrite, CapOOO}
+var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange}
 
 // How a server authenticates its clients, as its hello says.
 const (

@@ -41,6 +41,7 @@ var commands = []*Command{
 	tlsProxyCommand,
 	sendCommand,
 	getCommand,
+	gatewayCommand,
 	benchCommand,
 	pingpongCommand,
 	demoCommand,

@@ -238,7 +238,7 @@ func endPut(ctx context.Context, c *ctrl, r io.Reader, h hash.Hash, size int64, 
 	select {
 	case m := <-final:
 		if m.Type == msgError {
-			return sum, &RemoteError{Msg: m.Error}
+			return sum, remoteError(&m)
 		}
 		if m.SHA256 != sum {
 			return sum, fmt.Errorf("checksum mismatch: sent sha256 %s, server has %s", sum, m.SHA256)
@@ -277,7 +277,7 @@ func watchFree(c *ctrl, cancel context.CancelCauseFunc, slots int) (free chan in
 				if m.Type == msgError {
 					// The server's reason ends the transfer at once, and
 					// wins over what its going away does to the writes.
-					cancel(&RemoteError{Msg: m.Error})
+					cancel(remoteError(&m))
 				}
 				final <- m
 				return

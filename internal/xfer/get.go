@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"os"
+	"io"
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
@@ -44,13 +44,17 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 	if o.Enlarge != nil {
 		return getEnlarge(ctx, cancel, c, dev, name, tmp, &o)
 	}
+	return getRC(ctx, c, dev, name, nil, tmp, &o)
+}
 
-	q, err := newQPConn(dev, roce.RC, o.SlotSize, o.Slots, roce.LocalWrite, conn.LocalAddr())
+// getRC fetches name (or the span of it sp asks for) by RDMA READ into dst.
+func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst sink, o *Options) (res Result, err error) {
+	q, err := newQPConn(dev, roce.RC, o.SlotSize, o.Slots, roce.LocalWrite, c.c.LocalAddr())
 	if err != nil {
 		return res, err
 	}
 	defer q.close()
-	req := &message{Type: msgGet, Version: ProtocolVersion, Name: name, SlotSize: q.slotSize, Slots: q.slots}
+	req := &message{Type: msgGet, Version: ProtocolVersion, Name: name, SlotSize: q.slotSize, Slots: q.slots, Span: sp}
 	q.endpoint(req)
 	if err := c.send(req); err != nil {
 		return res, err
@@ -64,6 +68,9 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 			acc.Slots, acc.SlotSize, acc.Size, q.slots, q.slotSize)
 	}
 	q.slotSize, q.slots = acc.SlotSize, acc.Slots
+	if err := dst.begin(sp, &acc); err != nil {
+		return res, err
+	}
 	if err := q.connect(&acc, o.Connect); err != nil {
 		return res, err
 	}
@@ -93,7 +100,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 		if wc.ID != uint64(p.slot) {
 			return fmt.Errorf("completion for slot %d, want %d", wc.ID, p.slot)
 		}
-		if err := appendSlot(tmp.File, h, q.slot(p.slot)[:p.n], p.off); err != nil {
+		if err := appendSlot(dst, h, q.slot(p.slot)[:p.n], p.off); err != nil {
 			return err
 		}
 		done += int64(p.n)
@@ -112,7 +119,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 			return res, ctxErr(ctx, err)
 		}
 		if m.Type == msgError {
-			return res, &RemoteError{Msg: m.Error}
+			return res, remoteError(&m)
 		}
 		if m.Type == msgEnd {
 			for len(inflight) > 0 {
@@ -156,7 +163,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 			}
 		}
 	}
-	if err := tmp.commit(true); err != nil {
+	if err := dst.commit(true); err != nil {
 		return res, err
 	}
 	c.send(&message{Type: msgOK, SHA256: res.SHA256})
@@ -164,10 +171,9 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 	return res, nil
 }
 
-func appendSlot(f *os.File, h hash.Hash, b []byte, off int64) error {
+// appendSlot hashes b and writes it at off (a file's errors name it).
+func appendSlot(w io.WriterAt, h hash.Hash, b []byte, off int64) error {
 	h.Write(b)
-	if _, err := f.WriteAt(b, off); err != nil {
-		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	return nil
+	_, err := w.WriteAt(b, off)
+	return err
 }

@@ -69,6 +69,12 @@ type message struct {
 
 	// Enlargement channel (put_enlarge, get_enlarge and their accepts).
 	Channel *channelInfo `json:"channel,omitempty"`
+
+	// Part of a file (get, cm.CapRange; span.go): asked for in the request,
+	// resolved in the accept, the file's size in a range refusal.
+	Span *Span `json:"span,omitempty"`
+	// Code classifies an error message for the client (span.go).
+	Code string `json:"code,omitempty"`
 }
 
 // ctrl carries this package's messages over a cm control connection (which
@@ -119,7 +125,7 @@ func (c *ctrl) expect(m *message, typ string) error {
 		return err
 	}
 	if m.Type == msgError {
-		return &RemoteError{Msg: m.Error}
+		return remoteError(m)
 	}
 	if m.Type != typ {
 		return fmt.Errorf("control connection: got %q, want %q", m.Type, typ)
@@ -130,6 +136,13 @@ func (c *ctrl) expect(m *message, typ string) error {
 func (c *ctrl) close() error { return c.c.Close() }
 
 // A RemoteError is an error the peer reported over the control connection.
-type RemoteError struct{ Msg string }
+// Code, when the peer gave one, says what kind (span.go): errors.Is
+// matches fs.ErrNotExist, ErrExists and ErrRange by it; Size is the file's
+// size with ErrRange.
+type RemoteError struct {
+	Msg  string
+	Code string
+	Size int64
+}
 
 func (e *RemoteError) Error() string { return "peer: " + e.Msg }

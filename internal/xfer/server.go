@@ -148,7 +148,7 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 
 // refuse tells the client why the request fails and returns the error.
 func refuse(c *ctrl, err error) error {
-	c.send(&message{Type: msgError, Error: err.Error()})
+	c.send(errorMessage(err))
 	return err
 }
 
@@ -255,11 +255,15 @@ func (s *Server) openGet(c *ctrl, req *message) (*os.File, int64, error) {
 	} else if err != nil {
 		err = fmt.Errorf("stat %q: %w", req.Name, err)
 	}
+	var size int64
+	if err == nil {
+		size, err = applySpan(f, st.Size(), req)
+	}
 	if err != nil {
 		f.Close()
 		return nil, 0, refuse(c, err)
 	}
-	return f, st.Size(), nil
+	return f, size, nil
 }
 
 // serveGet sends a file through its staging buffer, read by the client by
@@ -283,7 +287,7 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 	if err := q.connect(req, o.Connect); err != nil {
 		return res, refuse(c, err)
 	}
-	acc := &message{Type: msgAccept, Size: size, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
+	acc := &message{Type: msgAccept, Size: size, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots, Span: req.Span}
 	if err := q.offerContexts(acc, &res); err != nil {
 		return res, refuse(c, err)
 	}

@@ -41,7 +41,7 @@ func openServed(root *os.Root, name string) (*os.File, error) {
 	case escapes(err):
 		return nil, fmt.Errorf("%q leads outside the served directory (refused)", name)
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("no file %q", name)
+		return nil, noFile(name)
 	}
 	return nil, fmt.Errorf("open %q: %w", name, err)
 }
