@@ -19,8 +19,8 @@ import (
 // server resolves it against the file's size and answers with the resolved
 // Span (From ≥ 0, Count the bytes that follow, Total the file's size) in
 // the accept, whose Size is Count; the transfer is then the usual one of
-// Size bytes, its SHA-256 that of the part. A From at or past the end of a
-// non-empty file, or a non-negative From on an empty one other than 0 is
+// Size bytes, its SHA-256 that of the part. A From ≥ 0 at or past the end
+// of the file (any From ≥ 0 of an empty file, as in RFC 9110 §14.1.1) is
 // not satisfiable: the server refuses with the code "range" and the file's
 // size in the error message's Span.Total.
 //
@@ -57,7 +57,7 @@ func (sp Span) resolve(size int64) (Span, error) {
 	}
 	if from < 0 {
 		from = max(size+from, 0)
-	} else if from >= size && !(from == 0 && size == 0) {
+	} else if from >= size {
 		return Span{}, &rangeError{from: from, size: size}
 	}
 	if count == 0 || count > size-from {
