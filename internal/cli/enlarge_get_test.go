@@ -30,15 +30,7 @@ func TestPrivilegedGetEnlarge(t *testing.T) {
 			const size = 4<<20 + 321
 			data := writeFile(t, filepath.Join(dir, "climb"), size, 21)
 			want := sha256.Sum256(data)
-			s := &server{dir: dir, done: make(chan error, 1)}
-			s.cmd = topo.A.NS.Command(context.Background(), binary, "serve", "--dev", topo.A.Name, "--dir", dir,
-				"--link", link, "--insecure")
-			s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
-			if err := s.cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			go func() { s.done <- s.cmd.Wait() }()
-			t.Cleanup(func() { s.stop(t) })
+			s := startIn(t, topo.A.NS, "serve", "--dev", topo.A.Name, "--dir", dir, "--link", link, "--insecure")
 			waitOutput(t, &s.errb, "serving on")
 
 			capPath := filepath.Join(back, "get.pcapng")

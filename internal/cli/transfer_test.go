@@ -241,12 +241,21 @@ func startServer(t *testing.T, topo *netlab.Topo, extra ...string) *server {
 // unless extra names a way to authenticate clients.
 func startServerIn(t *testing.T, topo *netlab.Topo, dir string, extra ...string) *server {
 	t.Helper()
-	s := &server{dir: dir, done: make(chan error, 1)}
-	args := append([]string{"serve", "--dev", topo.A.Name, "--dir", s.dir, "--link", "xsk"}, extra...)
+	args := append([]string{"serve", "--dev", topo.A.Name, "--dir", dir, "--link", "xsk"}, extra...)
 	if !slices.Contains(extra, "--psk-file") && !slices.Contains(extra, "--tls-client-ca") {
 		args = append(args, "--insecure")
 	}
-	s.cmd = topo.A.NS.Command(context.Background(), binary, args...)
+	s := startIn(t, topo.A.NS, args...)
+	s.dir = dir
+	return s
+}
+
+// startIn starts the binary with args in namespace ns, stopped (SIGINT)
+// when the test ends.
+func startIn(t *testing.T, ns *netlab.NS, args ...string) *server {
+	t.Helper()
+	s := &server{done: make(chan error, 1)}
+	s.cmd = ns.Command(context.Background(), binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.errb
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -44,6 +44,11 @@ type Star struct {
 	Bridge string
 	// Members are the members' leg interfaces (Members[i].NS their namespaces).
 	Members []*Iface
+	// Ports[i] is the bridge port of member i's leg, in Hub: the hub end of
+	// its veth (or, on a relayed leg, of the inner pair). It sees every frame
+	// to and from the member, including what an AF_XDP socket on the
+	// member's end sends and receives, which a capture on that end misses.
+	Ports []*Iface
 	// Relays[i] is the relay on member i's leg, nil for a direct leg.
 	Relays []*Relay
 }
@@ -110,6 +115,7 @@ func (s *Star) build(cfg StarConfig) error {
 	bareCfg.Bare = true
 	s.Members = make([]*Iface, cfg.Members)
 	s.Relays = make([]*Relay, cfg.Members)
+	s.Ports = make([]*Iface, cfg.Members)
 	var ports []*Iface // hub-side ends to wait for
 	for i := range cfg.Members {
 		m, err := l.AddNS("m" + strconv.Itoa(i))
@@ -139,6 +145,7 @@ func (s *Star) build(cfg StarConfig) error {
 			port = bp
 			ports = append(ports, bp, rp)
 		}
+		s.Ports[i] = port
 		if err := s.Hub.IP("link", "set", "dev", port.Name, "master", s.Bridge); err != nil {
 			return err
 		}
