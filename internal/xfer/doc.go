@@ -16,6 +16,10 @@
 // the whole content closes the transfer, and the receiving side answers ok
 // only when its own SHA-256 agrees.
 //
+// A get may ask for a span of the file (span.go, cm.CapRange), and
+// GetStream writes what it fetches to an io.Writer instead of a file
+// (stream.go; `xdproce gateway` uses it).
+//
 // With Options.Enlarge, Send and Get move the content through an enlargement
 // channel (package enlarge) over the queue pair instead: the request
 // (put_enlarge or get_enlarge) and the answer carry the channel's
