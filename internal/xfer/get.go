@@ -48,7 +48,7 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 }
 
 // getRC fetches name (or the span of it sp asks for) by RDMA READ into dst.
-func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst sink, o *Options) (res Result, err error) {
+func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst contentDst, o *Options) (res Result, err error) {
 	q, err := newQPConn(dev, roce.RC, o.SlotSize, o.Slots, roce.LocalWrite, c.c.LocalAddr())
 	if err != nil {
 		return res, err

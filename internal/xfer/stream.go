@@ -10,9 +10,9 @@ import (
 	"github.com/xdproce/xdproce/roce"
 )
 
-// A sink is where getRC puts what it receives: a temporary file renamed
+// A contentDst is where getRC puts what it receives: a temporary file renamed
 // into place (tempFile, for Get) or a stream (streamSink, for GetStream).
-type sink interface {
+type contentDst interface {
 	io.WriterAt
 	// begin is called once the server accepted the request asked (with the
 	// span asked for, nil for the whole file), before any data.
