@@ -223,6 +223,15 @@ func TestStatuses(t *testing.T) {
 		t.Errorf("GET from a node without %s: %d %q", cm.CapRange, st2, got)
 	}
 
+	// A gateway with the wrong key: the node refuses it in the hello, 502.
+	good := r.gw.Ctrl
+	r.gw.Ctrl = &cm.Config{PSK: []byte("not the node's key, long enough"), Retry: -1}
+	st, _, body = r.do(t, http.MethodGet, "/one", nil)
+	r.gw.Ctrl = good
+	if st != 502 || !strings.Contains(string(body), "did not accept the gateway") || !strings.Contains(string(body), cm.ErrAuth.Error()) {
+		t.Errorf("GET with the wrong key: %d %q, want 502 naming %v", st, body, cm.ErrAuth)
+	}
+
 	// An unreachable node: 502.
 	r.gw.Node = "127.0.0.2:1"
 	if st, _, body := r.do(t, http.MethodGet, "/one", nil); st != 502 || !strings.Contains(string(body), "unreachable") {

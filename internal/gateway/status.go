@@ -27,8 +27,12 @@ func replyf(status int, format string, args ...any) *reply {
 
 // dialReply is the reply to a failed connection to the node.
 func dialReply(node string, err error) *reply {
-	if errors.Is(err, cm.ErrCapability) {
+	switch {
+	case errors.Is(err, cm.ErrCapability):
 		return replyf(http.StatusNotImplemented, "the node cannot do this: %v", err)
+	case errors.Is(err, cm.ErrAuth), errors.Is(err, cm.ErrFingerprintMismatch), errors.Is(err, cm.ErrTLSRequired),
+		errors.Is(err, cm.ErrVersionMismatch):
+		return replyf(http.StatusBadGateway, "node %s did not accept the gateway: %v", node, err)
 	}
 	return replyf(http.StatusBadGateway, "node %s unreachable: %v", node, err)
 }
