@@ -69,7 +69,8 @@ EXAMPLES
 
 func setupGateway(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
 	var df deviceFlags
-	df.register(fs, true)
+	df.register(fs, false)
+	fs.StringVar(&df.dev, "dev", "", "network `interface` to run RoCEv2 on (default: the interface of the route to --node)")
 	listen := fs.String("listen", "127.0.0.1:8080", "HTTP `address` to listen on (clients are not authenticated: see the help)")
 	node := fs.String("node", "", "the 'xdproce serve' node, `HOST[:PORT]` (required)")
 	retry := fs.Duration("connect-timeout", 2*time.Second, "how long to retry the node's control connection per request")

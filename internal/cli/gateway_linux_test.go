@@ -36,10 +36,11 @@ func TestPrivilegedGateway(t *testing.T) {
 	os.WriteFile(key, []byte("the gateway test's pre-shared key\n"), 0o600)
 
 	srv := startIn(t, node.NS, "serve", "--dev", node.Name, "--link", "xsk", "--dir", dir, "--psk-file", key)
-	g := startIn(t, gw.NS, "gateway", "--dev", gw.Name, "--link", "xsk", "--listen", "127.0.0.1:0",
+	// No --dev: the gateway takes the interface of the route to the node.
+	g := startIn(t, gw.NS, "gateway", "--link", "xsk", "--listen", "127.0.0.1:0",
 		"--node", node.IPv4.String(), "--psk-file", key, "--connect-timeout", "10s")
 	waitOutput(t, &g.errb, "gateway on http://")
-	m := regexp.MustCompile(`gateway on (http://[0-9.:]+) `).FindStringSubmatch(g.errb.String())
+	m := regexp.MustCompile(`gateway on (http://[0-9.:]+) for node [0-9.]+, over ` + gw.Name + ` `).FindStringSubmatch(g.errb.String())
 	if m == nil {
 		t.Fatalf("gateway start-up line: %q", g.errb.String())
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -113,6 +114,33 @@ func TestStreamBounded(t *testing.T) {
 	// held back, the node's reads: well under the file.
 	if alloc > size/2 {
 		t.Errorf("GET of %d bytes allocated %d bytes: not streamed", size, alloc)
+	}
+}
+
+// TestCutShort: a GET whose transfer fails after the response began ends
+// with the body cut short, never with a complete body.
+func TestCutShort(t *testing.T) {
+	r := newRig(t, &xfer.Options{SlotSize: 64 << 10, Slots: 2})
+	const size = 64 << 20
+	if err := os.WriteFile(filepath.Join(r.dir, "big"), randomBytes(size, 4), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(r.url + "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ContentLength != size {
+		t.Fatalf("GET: %d, Content-Length %d", resp.StatusCode, resp.ContentLength)
+	}
+	head := make([]byte, 1<<20)
+	if _, err := io.ReadFull(resp.Body, head); err != nil {
+		t.Fatal(err)
+	}
+	r.stopNode()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil || int64(len(head))+n >= size {
+		t.Errorf("after the node stopped the body went on to %d of %d bytes (%v), want it cut short with an error", int64(len(head))+n, size, err)
 	}
 }
 

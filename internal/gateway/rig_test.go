@@ -23,11 +23,13 @@ var testPSK = []byte("gateway-test-key-0123456789abcdef")
 // gateway on the other, behind an httptest server; every control
 // connection the gateway makes goes through rec.
 type rig struct {
-	dir  string
-	url  string
-	gw   *Gateway
-	rec  *recorder
-	node string
+	dir string
+	url string
+	// stopNode stops the node's server (its transfers end at once).
+	stopNode func()
+	gw       *Gateway
+	rec      *recorder
+	node     string
 }
 
 func newRig(t *testing.T, opts *xfer.Options) *rig {
@@ -50,7 +52,9 @@ func newRig(t *testing.T, opts *xfer.Options) *rig {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { srv.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	r.stopNode = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(r.stopNode)
 	r.gw = &Gateway{Dev: a, Node: r.node, Options: opts,
 		Ctrl:   &cm.Config{PSK: testPSK, Retry: time.Second, DialContext: r.rec.dial},
 		Report: func(line string) { t.Log(line) }}
