@@ -33,8 +33,11 @@ const (
 )
 
 // oooContexts is how many contexts a server offers a client in OOO mode:
-// the client's operations in flight.
-const oooContexts = 32
+// the client's operations in flight. Under loss operations shrink (at 5 %
+// to 4 packets: roce/ooo's sizing rule) and each timeout holds one context
+// for a round-trip timeout, so there are enough for the Writer's window of
+// 1024 packets to stay full with small operations.
+const oooContexts = 128
 
 // OOOResult is what a transfer in OOO mode adds to its Result: on the
 // client the Writer's counters (ooo.Stats), on both sides its queue pair's

@@ -16,17 +16,23 @@
 //     is reissued whole with a larger tid, at most
 //     Config.MaxTries times. The timeout counts from the attempt's local
 //     completion (its last packet handed to the link): the smoothed round
-//     trip plus four deviations, at least Config.Timeout, times
-//     Config.Backoff for every earlier try, at most Config.MaxTimeout. A
-//     delivered completion whose tid is not the slot's
-//     current one is ignored and counted (Stats.StaleCompletions).
+//     trip of delivered attempts plus four deviations, at least
+//     Config.Timeout (Config.First before the first sample), backed off by
+//     Config.Backoff only while the operation keeps failing on a lane that
+//     delivers nothing (a random loss costs one round-trip timeout), at most
+//     Config.MaxTimeout. A delivered completion whose tid is not the slot's
+//     current one is ignored and counted (Stats.StaleCompletions); when it
+//     is the attempt just before, its round trip still feeds the estimate.
 //   - Sizing: an operation of n packets arrives whole only if its n packets
 //     and its completion all do: probability (1−p)^(n+1) at packet loss p.
-//     The writer estimates p from its own outcomes and keeps every operation
-//     at OpPackets(p, Config.Success, Config.MaxPackets) packets, so each
-//     succeeds with probability at least Config.Success; a timed-out
-//     operation larger than that is reissued as operations of the current
-//     size (sizing.go). At most Config.Window packets are in flight.
+//     The writer estimates p from its own outcomes (the maximum-likelihood
+//     p over its last 256 operations, each of n+1 packets delivered or
+//     not: sizing.go) and keeps every operation at OpPackets(p,
+//     Config.Success, Config.MaxPackets) packets, so each succeeds with
+//     probability at least Config.Success; a timed-out operation larger
+//     than that is reissued as operations of the current size. At most
+//     Config.Window packets are in flight, over as many operations as the
+//     peer gave contexts: one timeout holds one context, not the pipe.
 //   - Striping and failover: operations go to the lanes round robin; a lane
 //     whose attempts time out Config.DownAfter times in a row with no
 //     delivery in between is taken out for the rest of the call and its

@@ -1,18 +1,16 @@
 package ooo
 
-// SimulateEstimate runs the loss estimate over ops simulated operations at
-// true loss p, each sized by OpPackets, and returns the final estimate.
-func SimulateEstimate(p, success float64, maxPackets, ops int, rnd func() float64) float64 {
-	e := newLossEstimate(0)
-	for range ops {
-		n := OpPackets(e.loss(), success, maxPackets)
-		ok := true
-		for range n + 1 {
-			if rnd() < p {
-				ok = false
-			}
-		}
-		e.add(n, ok)
-	}
-	return e.loss()
-}
+// Estimator is the writer's loss estimate, for tests.
+type Estimator struct{ e lossEstimate }
+
+// NewEstimator starts an estimate at initial.
+func NewEstimator(initial float64) *Estimator { return &Estimator{newLossEstimate(initial)} }
+
+// Add records the outcome of an operation of n packets.
+func (x *Estimator) Add(n int, ok bool) { x.e.add(n, ok) }
+
+// Loss is the current estimate.
+func (x *Estimator) Loss() float64 { return x.e.loss() }
+
+// EstWindow is the number of operations the estimate weighs.
+const EstWindow = estWindow

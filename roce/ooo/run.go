@@ -188,20 +188,40 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 	return nil
 }
 
-// timeout is how long attempt tries+1 of an operation waits for its
-// delivered completion: the round trip's mean plus four deviations (RFC
-// 6298's rule; an operation queues behind the others in flight, so the
-// round trip varies with the load), at least Config.Timeout, then backed
-// off.
-func (w *Writer) timeout(tries int) time.Duration {
-	t := max(w.cfg.Timeout, w.srtt+4*w.rttv)
-	for range tries {
+// timeout is how long the attempt on slot s waits for its delivered
+// completion, counted from its local completion: the round trip's smoothed
+// mean plus four deviations (RFC 6298's rule; an operation queues behind
+// the others in flight, so the round trip varies with the load), at least
+// Config.Timeout; Config.First until a round trip was measured. It is backed
+// off (Config.Backoff) only for an operation that failed before on a lane
+// that has delivered nothing since its last timeout: the exponent is the
+// smaller of the operation's earlier tries and the lane's timeouts in a row.
+// A loss at random costs one round-trip timeout, however often it hits the
+// same operation, while a lane that stopped answering (or a round trip that
+// grew past the estimate) is waited for longer and longer.
+func (w *Writer) timeout(s *slot) time.Duration {
+	t := w.cfg.First
+	if w.srtt > 0 {
+		t = max(w.cfg.Timeout, w.srtt+4*w.rttv)
+	}
+	for range min(s.op.tries, w.lanes[s.lane].misses) {
 		t = time.Duration(float64(t) * w.cfg.Backoff)
 		if t >= w.cfg.MaxTimeout {
 			return w.cfg.MaxTimeout
 		}
 	}
 	return min(t, w.cfg.MaxTimeout)
+}
+
+// sample adds a measured round trip to the smoothed mean and deviation.
+func (w *Writer) sample(rtt time.Duration) {
+	if w.srtt == 0 {
+		w.srtt, w.rttv = rtt, rtt/2
+		return
+	}
+	d := rtt - w.srtt
+	w.srtt += d / 8
+	w.rttv += (max(d, -d) - w.rttv) / 4
 }
 
 // packets is how many packets the operation on slot s sends.
@@ -217,6 +237,12 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 	if si >= len(w.slots) || w.slots[si].op.n < 0 || w.slots[si].tid != tid || wc.Ctx != 0 && wc.Ctx != w.slots[si].local {
 		if wc.Opcode == roce.WCOOODelivered {
 			w.st.StaleCompletions++
+			// The attempt before the current one arrived after all: its
+			// round trip is a sample (the estimate was too short).
+			if si < len(w.slots) && wc.Status == roce.WCSuccess && w.slots[si].prevTID == tid && !w.slots[si].prevSent.IsZero() {
+				w.sample(time.Since(w.slots[si].prevSent))
+				w.slots[si].prevTID = 0
+			}
 		}
 		return 0, nil // a local completion of an attempt given up
 	}
@@ -228,21 +254,14 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 		w.st.Bytes += uint64(s.op.n)
 		w.est.add(w.packets(s), true)
 		l.misses = 0
-		rtt := time.Since(s.sent)
-		if w.srtt == 0 {
-			w.srtt, w.rttv = rtt, rtt/2
-		} else {
-			d := rtt - w.srtt
-			w.srtt += d / 8
-			w.rttv += (max(d, -d) - w.rttv) / 4
-		}
+		w.sample(time.Since(s.sent))
 		w.idle(si)
 		return 1, nil
 	case wc.Status != roce.WCSuccess: // the request could not go out: reissue
 		return 1, w.retry(si, pending)
 	case wc.Opcode == roce.WCOOOWrite || wc.Opcode == roce.WCOOORead: // sent: the round trip starts
 		s.sent = time.Now()
-		s.deadline = s.sent.Add(w.timeout(s.op.tries))
+		s.deadline = s.sent.Add(w.timeout(s))
 	}
 	return 0, nil
 }
@@ -263,6 +282,7 @@ func (w *Writer) retry(si int, pending *[]op) error {
 	o := s.op
 	w.est.add(w.packets(s), false)
 	w.st.Retries++
+	s.prevTID, s.prevSent = s.tid, s.sent
 	l.misses++
 	if l.misses >= w.cfg.DownAfter && !l.down && w.live() > 1 {
 		l.down = true

@@ -34,15 +34,94 @@ func TestOpPackets(t *testing.T) {
 	}
 }
 
-// TestLossEstimateConverges: a writer's estimate, fed with simulated
-// operation outcomes at a true loss p while sizing by the rule, settles
-// near p from any start; Stats shows it.
-func TestLossEstimateConverges(t *testing.T) {
-	for _, p := range []float64{0.01, 0.02, 0.05} {
-		rng := rand.New(rand.NewPCG(1, uint64(p*1000)))
-		got := ooo.SimulateEstimate(p, 0.75, 256, 2000, rng.Float64)
-		if got < p/2 || got > p*2 {
-			t.Errorf("true loss %v: estimate %v after 2000 operations", p, got)
+// outcome simulates an operation of n packets and its completion at
+// packet loss p.
+func outcome(rnd *rand.Rand, p float64, n int) bool {
+	ok := true
+	for range n + 1 {
+		if rnd.Float64() < p {
+			ok = false
 		}
+	}
+	return ok
+}
+
+// TestLossEstimate feeds the estimate synthetic outcomes at a known loss
+// p: operations of one size, of sizes mixed at random from 1 to 256
+// packets, and sized by the rule from the estimate itself after a start of
+// 256-packet operations that all fail (what a writer does). After each
+// window of operations the estimate lands near p (every one within ±50 %,
+// their mean within ±10 %: the estimate is unbiased).
+func TestLossEstimate(t *testing.T) {
+	const windows = 20
+	for _, p := range []float64{0.01, 0.02, 0.05} {
+		for _, mode := range []string{"fixed", "mixed", "rule"} {
+			rnd := rand.New(rand.NewPCG(uint64(p*1e4), uint64(len(mode))))
+			e := ooo.NewEstimator(0)
+			if mode == "rule" {
+				for range 8 {
+					e.Add(256, false)
+				}
+			}
+			sum := 0.0
+			for w := range windows {
+				for range ooo.EstWindow {
+					var n int
+					switch mode {
+					case "fixed":
+						n = ooo.OpPackets(p, 0.75, 256)
+					case "mixed":
+						n = 1 + rnd.IntN(256)
+					default:
+						n = ooo.OpPackets(e.Loss(), 0.75, 256)
+					}
+					e.Add(n, outcome(rnd, p, n))
+				}
+				got := e.Loss()
+				sum += got
+				if math.Abs(got-p) > 0.5*p {
+					t.Errorf("loss %v, %s sizes, window %d: estimate %.4f", p, mode, w, got)
+				}
+			}
+			if mean := sum / windows; math.Abs(mean-p) > 0.1*p {
+				t.Errorf("loss %v, %s sizes: mean estimate %.4f over %d windows", p, mode, mean, windows)
+			} else {
+				t.Logf("loss %v, %s sizes: mean estimate %.4f", p, mode, mean)
+			}
+		}
+	}
+}
+
+// TestLossEstimateEdges: no outcome yet gives the start; a window of
+// successes only gives 0 and of failures only 1; the oldest outcomes leave
+// the window (after a window of failures, a window of successes alone).
+func TestLossEstimateEdges(t *testing.T) {
+	e := ooo.NewEstimator(0.03)
+	if got := e.Loss(); got != 0.03 {
+		t.Errorf("start: %v", got)
+	}
+	for range ooo.EstWindow {
+		e.Add(4, false)
+	}
+	if got := e.Loss(); got != 1 {
+		t.Errorf("failures only: %v", got)
+	}
+	e.Add(4, true)
+	if got := e.Loss(); !(got > 0.5 && got < 1) {
+		t.Errorf("one success of 5 packets among 255 failures: %v", got)
+	}
+	for range ooo.EstWindow {
+		e.Add(9, true)
+	}
+	if got := e.Loss(); got != 0 {
+		t.Errorf("successes only: %v", got)
+	}
+	// One failure of 2 packets against 99 successes of 2: q² = 0.99.
+	e = ooo.NewEstimator(0)
+	for i := range 100 {
+		e.Add(1, i > 0)
+	}
+	if got, want := e.Loss(), 1-math.Sqrt(0.99); math.Abs(got-want) > 1e-9 {
+		t.Errorf("1 failure in 100 operations of 2 packets: %v, want %v", got, want)
 	}
 }

@@ -12,8 +12,9 @@ import (
 
 // Config tunes a Writer; the zero value takes the defaults.
 type Config struct {
-	Timeout    time.Duration // the least timeout of an attempt (0: 20 ms)
-	Backoff    float64       // each retry of an operation waits this many times longer (0: 2; at least 1)
+	Timeout    time.Duration // the least timeout of an attempt (0: 2 ms)
+	First      time.Duration // the timeout before a round trip was measured (0: 50 ms; at least Timeout)
+	Backoff    float64       // each retry of an operation on a lane that delivered nothing since waits this many times longer (0: 2; at least 1)
 	MaxTimeout time.Duration // the longest timeout of an attempt (0: 2 s)
 	MaxTries   int           // attempts of one operation before the call fails (0: 32)
 	Paths      uint8         // UDP source ports an operation's packets spread over (roce.SendWR.Paths; 0: 1)
@@ -27,8 +28,12 @@ type Config struct {
 
 func (c *Config) fill() error {
 	if c.Timeout <= 0 {
-		c.Timeout = 20 * time.Millisecond
+		c.Timeout = 2 * time.Millisecond
 	}
+	if c.First <= 0 {
+		c.First = 50 * time.Millisecond
+	}
+	c.First = max(c.First, c.Timeout)
 	if c.Backoff == 0 {
 		c.Backoff = 2
 	}
@@ -38,9 +43,7 @@ func (c *Config) fill() error {
 	if c.MaxTimeout <= 0 {
 		c.MaxTimeout = 2 * time.Second
 	}
-	if c.MaxTimeout < c.Timeout {
-		c.MaxTimeout = c.Timeout
-	}
+	c.MaxTimeout = max(c.MaxTimeout, c.First)
 	if c.MaxTries <= 0 {
 		c.MaxTries = 32
 	}
@@ -139,6 +142,10 @@ type slot struct {
 	op            op // the attempt in flight (op.n < 0: idle)
 	sent          time.Time
 	deadline      time.Time
+	// The attempt before, timed out: its late delivered completion is
+	// still a round-trip sample (the tid tells it apart).
+	prevTID  uint32
+	prevSent time.Time
 }
 
 // op is a byte range: local and remote offsets, length, tries so far.
