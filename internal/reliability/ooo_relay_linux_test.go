@@ -39,6 +39,9 @@ type sendResult struct {
 		StaleCompletions uint64  `json:"stale_completions"`
 		LossEstimate     float64 `json:"loss_estimate"`
 		OpPackets        int     `json:"op_packets"`
+		Late             uint64  `json:"late_completions"`
+		RTTMicros        int64   `json:"rtt_us"`
+		RTTDevMicros     int64   `json:"rtt_dev_us"`
 		StaleTID         uint64  `json:"stale_tid"` // late completions the transport dropped
 		DupIndex         uint64  `json:"dup_index"`
 	} `json:"ooo"`

@@ -50,6 +50,9 @@ type OOOResult struct {
 	StaleCompletions uint64  `json:"stale_completions"`
 	LossEstimate     float64 `json:"loss_estimate"`
 	OpPackets        int     `json:"op_packets,omitempty"`
+	Late             uint64  `json:"late_completions"` // stale completions of the attempt just before: timeouts too short
+	RTTMicros        int64   `json:"rtt_us"`           // the smoothed round trip of delivered operations
+	RTTDevMicros     int64   `json:"rtt_dev_us"`
 	// This side's queue pair (the transport's drops).
 	StaleCtx  uint64 `json:"stale_ctx"`
 	StaleTID  uint64 `json:"stale_tid"`
@@ -155,7 +158,8 @@ func startOOO(c *ctrl, dev *roce.Device, req *message, slotSize, slots int, acce
 func writerCounters(res *Result, w *ooo.Writer, q *qpConn, paths uint8) {
 	st := w.Stats()
 	res.OOO = &OOOResult{Paths: int(max(paths, 1)), Attempts: st.Attempts, Delivered: st.Delivered, Retries: st.Retries,
-		StaleCompletions: st.StaleCompletions, LossEstimate: st.Loss, OpPackets: st.OpPackets}
+		StaleCompletions: st.StaleCompletions, LossEstimate: st.Loss, OpPackets: st.OpPackets, Late: st.Late,
+		RTTMicros: st.RTT.Microseconds(), RTTDevMicros: st.RTTDev.Microseconds()}
 	q.oooCounters(res)
 }
 

@@ -9,6 +9,9 @@ func NewEstimator(initial float64) *Estimator { return &Estimator{newLossEstimat
 // Add records the outcome of an operation of n packets.
 func (x *Estimator) Add(n int, ok bool) { x.e.add(n, ok) }
 
+// Amend turns the latest failure of n packets into a success.
+func (x *Estimator) Amend(n int) bool { return x.e.amend(n) }
+
 // Loss is the current estimate.
 func (x *Estimator) Loss() float64 { return x.e.loss() }
 

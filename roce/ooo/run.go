@@ -104,6 +104,21 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 			}
 			busy -= freed
 		case <-timer.C:
+			// Completions already waiting are taken first: a timeout is
+			// a completion that has not come, not one this loop has not
+			// read yet.
+			for drained := false; !drained; {
+				select {
+				case wc := <-wcs:
+					freed, err := w.complete(wc, &pending)
+					if err != nil {
+						return err
+					}
+					busy -= freed
+				default:
+					drained = true
+				}
+			}
 			now = time.Now()
 			for i := range w.slots {
 				if s := &w.slots[i]; s.op.n >= 0 && !now.Before(s.deadline) {
@@ -190,19 +205,21 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 
 // timeout is how long the attempt on slot s waits for its delivered
 // completion, counted from its local completion: the round trip's smoothed
-// mean plus four deviations (RFC 6298's rule; an operation queues behind
-// the others in flight, so the round trip varies with the load), at least
-// Config.Timeout; Config.First until a round trip was measured. It is backed
-// off (Config.Backoff) only for an operation that failed before on a lane
-// that has delivered nothing since its last timeout: the exponent is the
-// smaller of the operation's earlier tries and the lane's timeouts in a row.
-// A loss at random costs one round-trip timeout, however often it hits the
-// same operation, while a lane that stopped answering (or a round trip that
-// grew past the estimate) is waited for longer and longer.
+// mean plus four deviations (RFC 6298's rule), and at least 5/4 of the
+// longest of the last rttWindow round trips (on a loaded machine the round
+// trip has a long tail that the deviation does not cover: a timeout inside
+// it reissues an operation that was delivered), at least Config.Timeout;
+// Config.First until a round trip was measured. It is backed off
+// (Config.Backoff) only for an operation that failed before on a lane that
+// has delivered nothing since its last timeout: the exponent is the smaller
+// of the operation's earlier tries and the lane's timeouts in a row. A loss
+// at random costs one round-trip timeout, however often it hits the same
+// operation, while a lane that stopped answering is waited for longer and
+// longer.
 func (w *Writer) timeout(s *slot) time.Duration {
 	t := w.cfg.First
 	if w.srtt > 0 {
-		t = max(w.cfg.Timeout, w.srtt+4*w.rttv)
+		t = max(w.cfg.Timeout, w.srtt+4*w.rttv, w.rtts.max()*5/4)
 	}
 	for range min(s.op.tries, w.lanes[s.lane].misses) {
 		t = time.Duration(float64(t) * w.cfg.Backoff)
@@ -213,8 +230,10 @@ func (w *Writer) timeout(s *slot) time.Duration {
 	return min(t, w.cfg.MaxTimeout)
 }
 
-// sample adds a measured round trip to the smoothed mean and deviation.
+// sample adds a measured round trip to the smoothed mean and deviation and
+// to the recent ones.
 func (w *Writer) sample(rtt time.Duration) {
+	w.rtts.add(rtt)
 	if w.srtt == 0 {
 		w.srtt, w.rttv = rtt, rtt/2
 		return
@@ -222,6 +241,39 @@ func (w *Writer) sample(rtt time.Duration) {
 	d := rtt - w.srtt
 	w.srtt += d / 8
 	w.rttv += (max(d, -d) - w.rttv) / 4
+}
+
+// rttWindow is how many recent round trips the timeout's maximum covers.
+const rttWindow = 256
+
+// recentRTTs keeps the last rttWindow round trips and their maximum.
+type recentRTTs struct {
+	ring  [rttWindow]time.Duration
+	next  int
+	top   time.Duration // the maximum of ring
+	stale bool          // top left the window: scan again
+}
+
+func (r *recentRTTs) add(d time.Duration) {
+	old := r.ring[r.next]
+	r.ring[r.next] = d
+	r.next = (r.next + 1) % rttWindow
+	switch {
+	case d >= r.top:
+		r.top, r.stale = d, false
+	case old == r.top:
+		r.stale = true
+	}
+}
+
+func (r *recentRTTs) max() time.Duration {
+	if r.stale {
+		r.top, r.stale = 0, false
+		for _, d := range r.ring {
+			r.top = max(r.top, d)
+		}
+	}
+	return r.top
 }
 
 // packets is how many packets the operation on slot s sends.
@@ -238,10 +290,14 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 		if wc.Opcode == roce.WCOOODelivered {
 			w.st.StaleCompletions++
 			// The attempt before the current one arrived after all: its
-			// round trip is a sample (the estimate was too short).
+			// round trip is a sample (the estimate was too short) and its
+			// outcome a success, not a loss.
 			if si < len(w.slots) && wc.Status == roce.WCSuccess && w.slots[si].prevTID == tid && !w.slots[si].prevSent.IsZero() {
-				w.sample(time.Since(w.slots[si].prevSent))
-				w.slots[si].prevTID = 0
+				s := &w.slots[si]
+				w.sample(time.Since(s.prevSent))
+				w.est.amend(s.prevPackets)
+				w.st.Late++
+				s.prevTID = 0
 			}
 		}
 		return 0, nil // a local completion of an attempt given up
@@ -282,7 +338,7 @@ func (w *Writer) retry(si int, pending *[]op) error {
 	o := s.op
 	w.est.add(w.packets(s), false)
 	w.st.Retries++
-	s.prevTID, s.prevSent = s.tid, s.sent
+	s.prevTID, s.prevSent, s.prevPackets = s.tid, s.sent, w.packets(s)
 	l.misses++
 	if l.misses >= w.cfg.DownAfter && !l.down && w.live() > 1 {
 		l.down = true

@@ -94,6 +94,24 @@ func (e *lossEstimate) add(n int, ok bool) {
 	e.dirty = true
 }
 
+// amend turns the latest failure of an operation of n packets still in the
+// window into a success: its delivered completion came after all, late (the
+// timeout was short, not a packet lost). It reports whether it found one.
+func (e *lossEstimate) amend(n int) bool {
+	m := max(n, 1) + 1
+	for k := 1; k <= e.count; k++ {
+		o := &e.ring[(e.next-k+estWindow)%estWindow]
+		if !o.ok && o.m == m {
+			o.ok = true
+			e.failure(m, -1)
+			e.succ += m
+			e.dirty = true
+			return true
+		}
+	}
+	return false
+}
+
 // drop takes an outcome leaving the window out of the sums.
 func (e *lossEstimate) drop(o outcome) {
 	if o.ok {

@@ -124,4 +124,11 @@ func TestLossEstimateEdges(t *testing.T) {
 	if got, want := e.Loss(), 1-math.Sqrt(0.99); math.Abs(got-want) > 1e-9 {
 		t.Errorf("1 failure in 100 operations of 2 packets: %v, want %v", got, want)
 	}
+	// The failure's completion came late after all: no loss left.
+	if e.Amend(2) || !e.Amend(1) || e.Amend(1) {
+		t.Error("Amend: want one failure of 1 packet to amend, none of 2")
+	}
+	if got := e.Loss(); got != 0 {
+		t.Errorf("after the amendment: %v, want 0", got)
+	}
 }

@@ -96,14 +96,16 @@ type Lane struct {
 
 // Stats count what a Writer did.
 type Stats struct {
-	Attempts         uint64  // work requests posted (first tries and reissues)
-	Delivered        uint64  // operations whose delivered completion came
-	Bytes            uint64  // bytes of the delivered operations
-	Retries          uint64  // reissues after a timeout or a failed local completion
-	StaleCompletions uint64  // completions for a tid no longer current (ignored)
-	Failovers        uint64  // lanes taken out of a call after DownAfter timeouts in a row
-	Loss             float64 // the current estimate of the packet loss rate
-	OpPackets        int     // the current operation size, in packets
+	Attempts         uint64        // work requests posted (first tries and reissues)
+	Delivered        uint64        // operations whose delivered completion came
+	Bytes            uint64        // bytes of the delivered operations
+	Retries          uint64        // reissues after a timeout or a failed local completion
+	StaleCompletions uint64        // completions for a tid no longer current (ignored)
+	Late             uint64        // of those, of the attempt just before the current one: the timeout was too short
+	Failovers        uint64        // lanes taken out of a call after DownAfter timeouts in a row
+	Loss             float64       // the current estimate of the packet loss rate
+	OpPackets        int           // the current operation size, in packets
+	RTT, RTTDev      time.Duration // the smoothed round trip of delivered attempts and its mean deviation
 }
 
 // ErrTooManyTries: an operation was not delivered in Config.MaxTries attempts.
@@ -120,6 +122,7 @@ type Writer struct {
 	est   lossEstimate
 	srtt  time.Duration // smoothed round trip of delivered attempts
 	rttv  time.Duration // its mean deviation
+	rtts  recentRTTs    // the last round trips
 	rr    int           // the lane the next operation tries first
 	// packets of the attempts in flight (Config.Window)
 	inflight int
@@ -144,8 +147,9 @@ type slot struct {
 	deadline      time.Time
 	// The attempt before, timed out: its late delivered completion is
 	// still a round-trip sample (the tid tells it apart).
-	prevTID  uint32
-	prevSent time.Time
+	prevTID     uint32
+	prevSent    time.Time
+	prevPackets int
 }
 
 // op is a byte range: local and remote offsets, length, tries so far.
@@ -221,6 +225,7 @@ func (w *Writer) Stats() Stats {
 	st := w.st
 	st.Loss = w.est.loss()
 	st.OpPackets = OpPackets(st.Loss, w.cfg.Success, w.cfg.MaxPackets)
+	st.RTT, st.RTTDev = w.srtt, w.rttv
 	return st
 }
 
