@@ -42,6 +42,7 @@ type sendResult struct {
 		Late             uint64  `json:"late_completions"`
 		RTTMicros        int64   `json:"rtt_us"`
 		RTTDevMicros     int64   `json:"rtt_dev_us"`
+		StaleCtx         uint64  `json:"stale_ctx"`
 		StaleTID         uint64  `json:"stale_tid"` // late completions the transport dropped
 		DupIndex         uint64  `json:"dup_index"`
 	} `json:"ooo"`
@@ -150,9 +151,10 @@ func TestPrivilegedOOORelay(t *testing.T) {
 	}
 	seen := make(map[key]bool)
 	ops := make(map[op]bool)
+	cpls := make(map[op]bool) // completions received, by (initiator context, tid)
 	var fr capture.Frame
 	var p wire.Packet
-	var frames, twice int
+	var frames, twice, cplFrames int
 	for {
 		if err := r.Next(&fr); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -160,7 +162,15 @@ func TestPrivilegedOOORelay(t *testing.T) {
 			}
 			t.Fatal(err)
 		}
-		if fr.Dir != capture.DirOutbound || p.DecodeWith(fr.Data, wire.AcceptOOO) != nil || p.BTH.Opcode != wire.OOOWrite {
+		if p.DecodeWith(fr.Data, wire.AcceptOOO) != nil {
+			continue
+		}
+		if fr.Dir == capture.DirInbound && p.BTH.Opcode == wire.OOOCompletion {
+			cplFrames++
+			cpls[op{p.XRH.Ctx, p.XRH.TID}] = true
+			continue
+		}
+		if fr.Dir != capture.DirOutbound || p.BTH.Opcode != wire.OOOWrite {
 			continue
 		}
 		frames++
@@ -173,7 +183,22 @@ func TestPrivilegedOOORelay(t *testing.T) {
 		seen[k] = true
 		ops[op{p.XRH.Ctx, p.XRH.TID}] = true
 	}
-	t.Logf("capture: %d OOO_WRITE frames sent, %d operations (context, tid)", frames, len(ops))
+	t.Logf("capture: %d OOO_WRITE frames sent, %d operations (context, tid); %d completion frames received for %d operations",
+		frames, len(ops), cplFrames, len(cpls))
+	// The helper's stale completions are counted: every completion it took
+	// (delivered, or stale and ignored) is a completion in the capture, and
+	// the other completions received were dropped by the transport and
+	// counted there (stale_tid, stale_ctx) or are duplicates (dup_index), or
+	// came after the counters were read (at most the attempts then in
+	// flight: one per context).
+	if got := uint64(len(cpls)); got < o.Delivered+o.StaleCompletions {
+		t.Errorf("%d operations completed in the capture, fewer than the helper's %d delivered + %d stale",
+			got, o.Delivered, o.StaleCompletions)
+	}
+	if extra, counted := uint64(cplFrames)-o.Delivered-o.StaleCompletions, o.StaleTID+o.StaleCtx+o.DupIndex; extra > counted+128 {
+		t.Errorf("%d completion frames beyond the helper's, only %d counted by the transport (stale_tid %d, stale_ctx %d, dup_index %d)",
+			extra, counted, o.StaleTID, o.StaleCtx, o.DupIndex)
+	}
 	if twice > 0 || uint64(len(ops)) != o.Attempts || frames < int(size/4096) {
 		t.Errorf("%d (context, tid, index) sent more than once; %d (context, tid) in the capture for %d attempts; %d frames",
 			twice, len(ops), o.Attempts, frames)
