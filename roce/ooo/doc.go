@@ -18,8 +18,9 @@
 //     completion (its last packet handed to the link): the smoothed round
 //     trip of delivered attempts plus four deviations, at least
 //     Config.Timeout (Config.First before the first sample), backed off by
-//     Config.Backoff only while the operation keeps failing on a lane that
-//     delivers nothing (a random loss costs one round-trip timeout), at most
+//     Config.Backoff only once the operation failed more than three times
+//     on a lane that delivers nothing (a random loss costs one round-trip
+//     timeout), at most
 //     Config.MaxTimeout. A delivered completion whose tid is not the slot's
 //     current one is ignored and counted (Stats.StaleCompletions); when it
 //     is the attempt just before, its round trip still feeds the estimate.

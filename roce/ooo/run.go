@@ -210,18 +210,20 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 // trip has a long tail that the deviation does not cover: a timeout inside
 // it reissues an operation that was delivered), at least Config.Timeout;
 // Config.First until a round trip was measured. It is backed off
-// (Config.Backoff) only for an operation that failed before on a lane that
-// has delivered nothing since its last timeout: the exponent is the smaller
-// of the operation's earlier tries and the lane's timeouts in a row. A loss
-// at random costs one round-trip timeout, however often it hits the same
-// operation, while a lane that stopped answering is waited for longer and
-// longer.
+// (Config.Backoff) only for an operation that failed more than freeTries
+// times on a lane that has delivered nothing since its last timeout: the
+// exponent is the smaller of the operation's earlier tries and the lane's
+// timeouts in a row, less freeTries. A loss at random costs one round-trip
+// timeout (an operation sized for a success of 3/4 fails 4 times in a row
+// once in 256), while a lane that stopped answering is waited for longer
+// and longer. (Without the allowance the last operations of a call, alone
+// in flight, doubled their timeouts at every random loss.)
 func (w *Writer) timeout(s *slot) time.Duration {
 	t := w.cfg.First
 	if w.srtt > 0 {
 		t = max(w.cfg.Timeout, w.srtt+4*w.rttv, w.rtts.max()*5/4)
 	}
-	for range min(s.op.tries, w.lanes[s.lane].misses) {
+	for range min(s.op.tries, w.lanes[s.lane].misses) - freeTries {
 		t = time.Duration(float64(t) * w.cfg.Backoff)
 		if t >= w.cfg.MaxTimeout {
 			return w.cfg.MaxTimeout
@@ -229,6 +231,10 @@ func (w *Writer) timeout(s *slot) time.Duration {
 	}
 	return min(t, w.cfg.MaxTimeout)
 }
+
+// freeTries is how many timeouts in a row an operation has before its
+// timeout is backed off.
+const freeTries = 3
 
 // sample adds a measured round trip to the smoothed mean and deviation and
 // to the recent ones.
