@@ -230,10 +230,14 @@ func TestPrivilegedOOOvsRC(t *testing.T) {
 		topo := netlab.Relayed(t, netlab.LinkConfig{}, c.rc)
 		var line string
 		for _, mode := range []string{"rc", "ooo"} {
+			before := topo.Relay.Stats()
 			res := relaySend(t, bin, topo, src, size, want, "--mode", mode)
-			line += fmt.Sprintf("  %s %.1f MB/s", mode, float64(size)/res.Seconds/1e6)
-			if res.OOO != nil {
-				line += fmt.Sprintf(" (%d retries, operations of %d packets)", res.OOO.Retries, res.OOO.OpPackets)
+			after := topo.Relay.Stats()
+			line += fmt.Sprintf("  %s %.1f MB/s (relay: %d frames, %d lost, %d overflowed)", mode, float64(size)/res.Seconds/1e6,
+				after.Received-before.Received, after.Lost-before.Lost, after.Overflow-before.Overflow)
+			if o := res.OOO; o != nil {
+				line += fmt.Sprintf(" [%d retries, %d late completions seen, %d dropped stale_tid; loss estimate %.2f %%, operations of %d packets; rtt %d ± %d µs]",
+					o.Retries, o.Late, o.StaleTID, 100*o.LossEstimate, o.OpPackets, o.RTTMicros, o.RTTDevMicros)
 			}
 		}
 		t.Logf("%s:%s", c.name, line)
