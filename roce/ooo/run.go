@@ -47,6 +47,7 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 		stop()
 		wg.Wait()
 	}()
+	var polled [16]roce.WC
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
@@ -104,9 +105,10 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 			}
 			busy -= freed
 		case <-timer.C:
-			// Completions already waiting are taken first: a timeout is
-			// a completion that has not come, not one this loop has not
-			// read yet.
+			// Completions already waiting are taken first, from the
+			// pumps and from the CQs themselves: a timeout is a
+			// completion that has not come, not one this loop (or a pump,
+			// on a loaded machine) has not read yet.
 			for drained := false; !drained; {
 				select {
 				case wc := <-wcs:
@@ -115,8 +117,23 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 						return err
 					}
 					busy -= freed
+					continue
 				default:
-					drained = true
+				}
+				drained = true
+				for i := range w.lanes {
+					n, err := w.lanes[i].CQ.Poll(polled[:])
+					if err != nil {
+						return fmt.Errorf("ooo: %w", err)
+					}
+					for _, wc := range polled[:n] {
+						freed, err := w.complete(wc, &pending)
+						if err != nil {
+							return err
+						}
+						busy -= freed
+					}
+					drained = drained && n == 0
 				}
 			}
 			now = time.Now()
