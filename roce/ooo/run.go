@@ -14,11 +14,60 @@ import (
 // queue pair's send queue was full.
 const queueFullWait = time.Millisecond
 
-// run moves one byte range (Write, Read): it posts operations on idle
-// slots, waits for their completions and timeouts, and reissues.
-func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int, notify roce.Notify) error {
+// call is the state of one call (Write, Read, a Stream).
+type call struct {
+	pending []op   // what is to be issued, reissues first
+	busy    int    // slots with an attempt in flight
+	spans   []span // the call's ranges not yet delivered whole, in the order given
+	first   uint64 // the sequence number of spans[0]
+	// done is told of each range delivered whole, in the order given (a
+	// Stream's; nil for Write and Read).
+	done func(local, remote uint64, n int) error
+}
+
+// span is one range of a call: its operations not yet delivered.
+type span struct {
+	local, remote uint64
+	n, ops        int
+}
+
+// add queues a range given to the call.
+func (c *call) add(o op) {
+	o.seq = c.first + uint64(len(c.spans))
+	c.spans = append(c.spans, span{local: o.local, remote: o.remote, n: o.n, ops: 1})
+	c.pending = append(c.pending, o)
+}
+
+// delivered counts operation o delivered and reports the ranges now
+// delivered whole, oldest first.
+func (c *call) delivered(o op) error {
+	c.spans[o.seq-c.first].ops--
+	for len(c.spans) > 0 && c.spans[0].ops == 0 {
+		sp := c.spans[0]
+		c.spans = c.spans[1:]
+		c.first++
+		if c.done != nil {
+			if err := c.done(sp.local, sp.remote, sp.n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkNotify refuses a notify that leaves out the initiator (its delivered
+// completion is the helper's proof).
+func checkNotify(notify roce.Notify) error {
 	if notify&roce.NotifyInitiator == 0 || notify&^roce.NotifyBoth != 0 {
 		return fmt.Errorf("ooo: notify %v: the initiator must be notified (NotifyInitiator or NotifyBoth)", notify)
+	}
+	return nil
+}
+
+// once moves one byte range (Write, Read).
+func (w *Writer) once(ctx context.Context, read bool, local, remote uint64, n int, notify roce.Notify) error {
+	if err := checkNotify(notify); err != nil {
+		return err
 	}
 	if n < 0 {
 		return fmt.Errorf("ooo: negative length %d", n)
@@ -28,6 +77,16 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 	if w.slots[0].local == 0 {
 		return errors.New("ooo: writer closed")
 	}
+	in := make(chan op, 1)
+	in <- op{local: local, remote: remote, n: n}
+	close(in)
+	return w.run(ctx, read, notify, in, nil)
+}
+
+// run moves the byte ranges that come on in until it is closed: it posts
+// operations on idle slots, waits for their completions and timeouts, and
+// reissues; done (if not nil) hears of each range delivered whole.
+func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-chan op, done func(local, remote uint64, n int) error) error {
 	for i := range w.lanes {
 		w.lanes[i].down = false
 	}
@@ -51,33 +110,33 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
-	pending := []op{{local: local, remote: remote, n: n}}
-	busy := 0
-	for len(pending) > 0 || busy > 0 {
+	c := &call{done: done}
+	for in != nil || len(c.pending) > 0 || c.busy > 0 {
 		full := false
-		for len(pending) > 0 && (busy == 0 || w.inflight < w.cfg.Window) {
+		for len(c.pending) > 0 && (c.busy == 0 || w.inflight < w.cfg.Window) {
 			si, ok := w.pick()
 			if !ok {
 				break
 			}
-			o := pending[0]
+			o := c.pending[0]
 			l := &w.lanes[w.slots[si].lane]
 			if max := OpPackets(w.est.loss(), w.cfg.Success, w.cfg.MaxPackets) * l.seg; o.n > max {
-				pending[0] = op{local: o.local + uint64(max), remote: o.remote + uint64(max), n: o.n - max, tries: o.tries}
+				c.pending[0] = op{local: o.local + uint64(max), remote: o.remote + uint64(max), n: o.n - max, tries: o.tries, seq: o.seq}
+				c.spans[o.seq-c.first].ops++
 				o.n = max
 			} else {
-				pending = pending[1:]
+				c.pending = c.pending[1:]
 			}
 			if err := w.post(si, o, read, notify); err != nil {
 				l.free = append(l.free, si)
-				pending = append([]op{o}, pending...)
+				c.pending = append([]op{o}, c.pending...)
 				if errors.Is(err, roce.ErrQueueFull) {
 					full = true
 					break
 				}
 				return fmt.Errorf("ooo: %w", err)
 			}
-			busy++
+			c.busy++
 		}
 		now := time.Now()
 		next := now.Add(time.Hour)
@@ -91,6 +150,12 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 		}
 		timer.Reset(next.Sub(now))
 		select {
+		case o, ok := <-in:
+			if !ok {
+				in = nil
+				continue
+			}
+			c.add(o)
 		case <-ctx.Done():
 			if err := w.abandon(); err != nil {
 				return errors.Join(ctx.Err(), err)
@@ -99,11 +164,9 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 		case err := <-errc:
 			return fmt.Errorf("ooo: %w", err)
 		case wc := <-wcs:
-			freed, err := w.complete(wc, &pending)
-			if err != nil {
+			if err := w.complete(wc, c); err != nil {
 				return err
 			}
-			busy -= freed
 		case <-timer.C:
 			// Completions already waiting are taken first, from the
 			// pumps and from the CQs themselves: a timeout is a
@@ -112,11 +175,9 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 			for drained := false; !drained; {
 				select {
 				case wc := <-wcs:
-					freed, err := w.complete(wc, &pending)
-					if err != nil {
+					if err := w.complete(wc, c); err != nil {
 						return err
 					}
-					busy -= freed
 					continue
 				default:
 				}
@@ -127,11 +188,9 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 						return fmt.Errorf("ooo: %w", err)
 					}
 					for _, wc := range polled[:n] {
-						freed, err := w.complete(wc, &pending)
-						if err != nil {
+						if err := w.complete(wc, c); err != nil {
 							return err
 						}
-						busy -= freed
 					}
 					drained = drained && n == 0
 				}
@@ -139,10 +198,9 @@ func (w *Writer) run(ctx context.Context, read bool, local, remote uint64, n int
 			now = time.Now()
 			for i := range w.slots {
 				if s := &w.slots[i]; s.op.n >= 0 && !now.Before(s.deadline) {
-					if err := w.retry(i, &pending); err != nil {
+					if err := w.retry(i, c); err != nil {
 						return err
 					}
-					busy--
 				}
 			}
 		}
@@ -305,9 +363,8 @@ func (w *Writer) packets(s *slot) int {
 	return max(1, (s.op.n+seg-1)/seg)
 }
 
-// complete handles one completion; it returns 1 when it ended the attempt
-// on a slot.
-func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
+// complete handles one completion of call c.
+func (w *Writer) complete(wc roce.WC, c *call) error {
 	si, tid := int(wc.ID>>32), uint32(wc.ID)
 	if si >= len(w.slots) || w.slots[si].op.n < 0 || w.slots[si].tid != tid || wc.Ctx != 0 && wc.Ctx != w.slots[si].local {
 		if wc.Opcode == roce.WCOOODelivered {
@@ -323,7 +380,7 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 				s.prevTID = 0
 			}
 		}
-		return 0, nil // a local completion of an attempt given up
+		return nil // a local completion of an attempt given up
 	}
 	s := &w.slots[si]
 	switch {
@@ -334,15 +391,17 @@ func (w *Writer) complete(wc roce.WC, pending *[]op) (int, error) {
 		w.est.add(w.packets(s), true)
 		l.misses = 0
 		w.sample(time.Since(s.sent))
+		o := s.op
 		w.idle(si)
-		return 1, nil
+		c.busy--
+		return c.delivered(o)
 	case wc.Status != roce.WCSuccess: // the request could not go out: reissue
-		return 1, w.retry(si, pending)
+		return w.retry(si, c)
 	case wc.Opcode == roce.WCOOOWrite || wc.Opcode == roce.WCOOORead: // sent: the round trip starts
 		s.sent = time.Now()
 		s.deadline = s.sent.Add(w.timeout(s))
 	}
-	return 0, nil
+	return nil
 }
 
 // idle ends the attempt on slot si: the slot is free again and its packets
@@ -354,8 +413,9 @@ func (w *Writer) idle(si int) {
 	w.lanes[s.lane].free = append(w.lanes[s.lane].free, si)
 }
 
-// retry ends the attempt on slot si as failed and queues its operation again.
-func (w *Writer) retry(si int, pending *[]op) error {
+// retry ends the attempt on slot si of call c as failed and queues its
+// operation again.
+func (w *Writer) retry(si int, c *call) error {
 	s := &w.slots[si]
 	l := &w.lanes[s.lane]
 	o := s.op
@@ -368,11 +428,12 @@ func (w *Writer) retry(si int, pending *[]op) error {
 		w.st.Failovers++
 	}
 	w.idle(si)
+	c.busy--
 	o.tries++
 	if o.tries >= w.cfg.MaxTries {
 		return fmt.Errorf("%w: %d bytes at offset %d, %d tries (tid %d)", ErrTooManyTries, o.n, o.local, o.tries, s.tid)
 	}
-	*pending = append([]op{o}, *pending...)
+	c.pending = append([]op{o}, c.pending...)
 	return nil
 }
 

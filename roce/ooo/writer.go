@@ -152,11 +152,13 @@ type slot struct {
 	prevPackets int
 }
 
-// op is a byte range: local and remote offsets, length, tries so far.
+// op is a byte range: local and remote offsets, length, tries so far, and
+// the sequence number of the call's range it is part of.
 type op struct {
 	local, remote uint64
 	n             int
 	tries         int
+	seq           uint64
 }
 
 // NewWriter makes a writer over lanes, acquiring one local context on each
@@ -236,11 +238,11 @@ func (w *Writer) Stats() Stats {
 // flight are replaced: package comment). notify is NotifyInitiator or
 // NotifyBoth (the target's user gets a completion too).
 func (w *Writer) Write(ctx context.Context, local, remote uint64, n int, notify roce.Notify) error {
-	return w.run(ctx, false, local, remote, n, notify)
+	return w.once(ctx, false, local, remote, n, notify)
 }
 
 // Read fetches bytes [remote, remote+n) of the peer's region into [local,
 // local+n) of the local buffer, as Write does in the other direction.
 func (w *Writer) Read(ctx context.Context, local, remote uint64, n int, notify roce.Notify) error {
-	return w.run(ctx, true, local, remote, n, notify)
+	return w.once(ctx, true, local, remote, n, notify)
 }
