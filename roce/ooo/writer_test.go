@@ -190,7 +190,7 @@ func TestCancel(t *testing.T) {
 	fill(src, 5)
 	p := newLane(t, pipe.Config{Seed: 1}, src, dst, 1, 0)
 	p.la.SetFaults(pipe.Faults{Loss: 1})
-	w := newWriter(t, ooo.Config{Timeout: 10 * time.Millisecond}, p.lane())
+	w := newWriter(t, ooo.Config{Timeout: 10 * time.Millisecond, First: 10 * time.Millisecond}, p.lane())
 	err := w.Write(withTimeout(t, 100*time.Millisecond), 0, 0, 1000, roce.NotifyInitiator)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Write on a blackholed lane: %v", err)
