@@ -165,6 +165,10 @@ func writerCounters(res *Result, w *ooo.Writer, q *qpConn, paths uint8) {
 
 // sendOOO is Send in OOO mode: each slot goes by the Writer's OOO WRITEs
 // into the same slot of the server's staging buffer, then a data message.
+// The slots go through one ooo.Stream, so the operations of several slots
+// are in flight together (a retried operation at the end of one slot does
+// not hold up the next); the stream reports them delivered in the order
+// they were added, which is the file's.
 func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *roce.Device, r io.Reader, size int64, name string, o *Options) (res Result, err error) {
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
 	req := &message{Type: msgPutOOO, Name: name, Size: size, Force: o.Force}
@@ -180,10 +184,32 @@ func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *
 	start := time.Now()
 	free, final := watchFree(c, cancel, q.slots)
 	h := sha256.New()
+	var sent int64 // bytes delivered and announced, in file order
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	st, err := w.Stream(sctx, roce.NotifyInitiator, func(local, _ uint64, n int) error {
+		if err := c.send(&message{Type: msgData, Slot: int(local) / q.slotSize, Off: sent, Len: n}); err != nil {
+			return err
+		}
+		sent += int64(n)
+		if o.Progress != nil {
+			o.Progress(sent, size)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		stop()
+		st.Close()
+	}()
 	for off := int64(0); off < size; {
 		var s int
 		select {
 		case s = <-free:
+		case <-st.Done():
+			return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", st.Close()))
 		case <-ctx.Done():
 			return res, ctxErr(ctx, nil)
 		}
@@ -194,16 +220,13 @@ func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *
 		}
 		h.Write(buf)
 		at := uint64(s * q.slotSize)
-		if err := w.Write(ctx, at, at, n, roce.NotifyInitiator); err != nil {
+		if err := st.Add(at, at, n); err != nil {
 			return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))
 		}
-		if err := c.send(&message{Type: msgData, Slot: s, Off: off, Len: n}); err != nil {
-			return res, ctxErr(ctx, err)
-		}
 		off += int64(n)
-		if o.Progress != nil {
-			o.Progress(off, size)
-		}
+	}
+	if err := st.Close(); err != nil {
+		return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))
 	}
 	if res.SHA256, err = endPut(ctx, c, r, h, size, name, final); err != nil {
 		return res, err

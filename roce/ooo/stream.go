@@ -66,6 +66,10 @@ func (s *Stream) Add(local, remote uint64, n int) error {
 	}
 }
 
+// Done is closed when the stream has ended: every range delivered after
+// Close, or early (Close says why).
+func (s *Stream) Done() <-chan struct{} { return s.end }
+
 // Close adds no more ranges, waits until the stream has ended and returns
 // why it ended early (nil: every range was delivered).
 func (s *Stream) Close() error {
