@@ -89,6 +89,7 @@ func (w *Writer) once(ctx context.Context, read bool, local, remote uint64, n in
 func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-chan op, done func(local, remote uint64, n int) error) error {
 	for i := range w.lanes {
 		w.lanes[i].down = false
+		w.lanes[i].staleTID = w.lanes[i].QP.Stats().OOO.StaleTID
 	}
 
 	pctx, stop := context.WithCancel(ctx)
@@ -194,6 +195,9 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 					}
 					drained = drained && n == 0
 				}
+			}
+			if !read {
+				w.lateDropped()
 			}
 			now = time.Now()
 			for i := range w.slots {
@@ -435,6 +439,22 @@ func (w *Writer) retry(si int, c *call) error {
 	}
 	c.pending = append([]op{o}, c.pending...)
 	return nil
+}
+
+// lateDropped amends the loss estimate for the late completions the
+// transport dropped since the last look: on a queue pair that only writes,
+// stale_tid counts completions that came for an attempt the helper had
+// already reissued (the tid no longer outstanding). Such an attempt was
+// delivered, not lost; the helper cannot tell which, so the latest failures
+// are amended.
+func (w *Writer) lateDropped() {
+	for i := range w.lanes {
+		l := &w.lanes[i]
+		n := l.QP.Stats().OOO.StaleTID
+		for ; l.staleTID < n; l.staleTID++ {
+			w.est.amend(0)
+		}
+	}
 }
 
 // live counts the lanes in service.

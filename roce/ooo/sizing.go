@@ -94,14 +94,15 @@ func (e *lossEstimate) add(n int, ok bool) {
 	e.dirty = true
 }
 
-// amend turns the latest failure of an operation of n packets still in the
-// window into a success: its delivered completion came after all, late (the
-// timeout was short, not a packet lost). It reports whether it found one.
+// amend turns the latest failure of an operation of n packets (any size
+// when n is 0) still in the window into a success: its delivered completion
+// came after all, late (the timeout was short, not a packet lost). It
+// reports whether it found one.
 func (e *lossEstimate) amend(n int) bool {
-	m := max(n, 1) + 1
 	for k := 1; k <= e.count; k++ {
 		o := &e.ring[(e.next-k+estWindow)%estWindow]
-		if !o.ok && o.m == m {
+		if !o.ok && (n == 0 || o.m == n+1) {
+			m := o.m
 			o.ok = true
 			e.failure(m, -1)
 			e.succ += m

@@ -131,4 +131,10 @@ func TestLossEstimateEdges(t *testing.T) {
 	if got := e.Loss(); got != 0 {
 		t.Errorf("after the amendment: %v, want 0", got)
 	}
+	// Size 0 amends the latest failure of any size.
+	e.Add(3, false)
+	e.Add(5, false)
+	if !e.Amend(0) || e.Loss() == 0 || !e.Amend(0) || e.Loss() != 0 || e.Amend(0) {
+		t.Error("Amend(0): want the two failures amended, one at a time")
+	}
 }

@@ -134,6 +134,8 @@ type lane struct {
 	free   []int // idle slots
 	misses int   // timeouts since the last delivery
 	down   bool  // out for the rest of this call
+	// the queue pair's stale_tid at the last look (lateDropped)
+	staleTID uint64
 }
 
 // slot is a pair of contexts, local and remote, on one lane, with the tid
