@@ -7,7 +7,9 @@
 // RTS) with its send CQ, the local buffer as registered on that queue pair's
 // device, and the peer's region and contexts for that queue pair. Write and
 // Read move a byte range: it is cut into operations, each addressed to one
-// of the peer's contexts on some lane, several in flight.
+// of the peer's contexts on some lane, several in flight. A Stream is a
+// Write that takes ranges while it runs, so that the operations of several
+// ranges are in flight together, and reports each delivered in order.
 //
 //   - Transaction ids: each (local context, remote context) pair is a slot
 //     with its own tid, last + 1 for every attempt, so the target resets the
