@@ -152,6 +152,11 @@ type slot struct {
 	prevTID     uint32
 	prevSent    time.Time
 	prevPackets int
+	// Lingering (linger not zero): the attempt timed out, its operation
+	// was reissued elsewhere, and the slot waits until linger for a late
+	// completion (retry) before it is free again.
+	linger        time.Time
+	lingerPackets int
 }
 
 // op is a byte range: local and remote offsets, length, tries so far, and
