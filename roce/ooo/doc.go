@@ -23,12 +23,10 @@
 //     Config.Backoff only once the operation failed more than three times
 //     on a lane that delivers nothing (a random loss costs one round-trip
 //     timeout), at most
-//     Config.MaxTimeout. A timed-out attempt's slot lingers one more
-//     timeout while the operation is reissued on another slot, so that a
-//     late completion still arrives (Stats.Late): it feeds the round trip
-//     and turns the failure into a success in the loss estimate. Other
-//     delivered completions whose tid is not the slot's current one are
-//     ignored and counted (Stats.StaleCompletions).
+//     Config.MaxTimeout. A delivered completion whose tid is not the slot's
+//     current one is ignored and counted (Stats.StaleCompletions); when it
+//     is the attempt just before (Stats.Late), its round trip still feeds
+//     the estimate and the failure becomes a success in the loss estimate.
 //   - Sizing: an operation of n packets arrives whole only if its n packets
 //     and its completion all do: probability (1−p)^(n+1) at packet loss p.
 //     The writer estimates p from its own outcomes (the maximum-likelihood

@@ -145,10 +145,8 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 			next = now.Add(queueFullWait)
 		}
 		for i := range w.slots {
-			if s := &w.slots[i]; s.op.n >= 0 && s.deadline.Before(next) {
-				next = s.deadline
-			} else if !s.linger.IsZero() && s.linger.Before(next) {
-				next = s.linger
+			if w.slots[i].op.n >= 0 && w.slots[i].deadline.Before(next) {
+				next = w.slots[i].deadline
 			}
 		}
 		timer.Reset(next.Sub(now))
@@ -203,13 +201,10 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 			}
 			now = time.Now()
 			for i := range w.slots {
-				s := &w.slots[i]
-				if s.op.n >= 0 && !now.Before(s.deadline) {
-					if err := w.retry(i, c, true); err != nil {
+				if s := &w.slots[i]; s.op.n >= 0 && !now.Before(s.deadline) {
+					if err := w.retry(i, c); err != nil {
 						return err
 					}
-				} else if !s.linger.IsZero() && !now.Before(s.linger) {
-					w.unlinger(i)
 				}
 			}
 		}
@@ -375,21 +370,6 @@ func (w *Writer) packets(s *slot) int {
 // complete handles one completion of call c.
 func (w *Writer) complete(wc roce.WC, c *call) error {
 	si, tid := int(wc.ID>>32), uint32(wc.ID)
-	if si < len(w.slots) && !w.slots[si].linger.IsZero() && w.slots[si].tid == tid && (wc.Ctx == 0 || wc.Ctx == w.slots[si].local) {
-		// The attempt given up on this lingering slot: a delivered
-		// completion says it arrived after all (late: the operation's
-		// reissue goes on regardless). Its round trip is a sample and its
-		// outcome a success in the loss estimate, the lane works.
-		if s := &w.slots[si]; wc.Opcode == roce.WCOOODelivered && wc.Status == roce.WCSuccess {
-			w.st.StaleCompletions++
-			w.st.Late++
-			w.sample(time.Since(s.sent))
-			w.est.amend(s.lingerPackets)
-			w.lanes[s.lane].misses = 0
-			w.unlinger(si)
-		}
-		return nil
-	}
 	if si >= len(w.slots) || w.slots[si].op.n < 0 || w.slots[si].tid != tid || wc.Ctx != 0 && wc.Ctx != w.slots[si].local {
 		if wc.Opcode == roce.WCOOODelivered {
 			w.st.StaleCompletions++
@@ -420,7 +400,7 @@ func (w *Writer) complete(wc roce.WC, c *call) error {
 		c.busy--
 		return c.delivered(o)
 	case wc.Status != roce.WCSuccess: // the request could not go out: reissue
-		return w.retry(si, c, false)
+		return w.retry(si, c)
 	case wc.Opcode == roce.WCOOOWrite || wc.Opcode == roce.WCOOORead: // sent: the round trip starts
 		s.sent = time.Now()
 		s.deadline = s.sent.Add(w.timeout(s))
@@ -437,20 +417,9 @@ func (w *Writer) idle(si int) {
 	w.lanes[s.lane].free = append(w.lanes[s.lane].free, si)
 }
 
-// unlinger makes lingering slot si free.
-func (w *Writer) unlinger(si int) {
-	s := &w.slots[si]
-	s.linger = time.Time{}
-	w.lanes[s.lane].free = append(w.lanes[s.lane].free, si)
-}
-
 // retry ends the attempt on slot si of call c as failed and queues its
-// operation again. An attempt that timed out leaves its slot lingering for
-// one more timeout: the operation is reissued on another slot, and this one
-// keeps the attempt's tid outstanding, so that a completion coming late is
-// still delivered to the helper (a reissue on the same slot would make the
-// engine drop it as stale_tid) and counts as the success it was.
-func (w *Writer) retry(si int, c *call, timedOut bool) error {
+// operation again.
+func (w *Writer) retry(si int, c *call) error {
 	s := &w.slots[si]
 	l := &w.lanes[s.lane]
 	o := s.op
@@ -462,13 +431,7 @@ func (w *Writer) retry(si int, c *call, timedOut bool) error {
 		l.down = true
 		w.st.Failovers++
 	}
-	if timedOut {
-		s.linger, s.lingerPackets = time.Now().Add(w.timeout(s)), w.packets(s)
-		w.inflight -= s.lingerPackets
-		s.op.n = -1
-	} else {
-		w.idle(si)
-	}
+	w.idle(si)
 	c.busy--
 	o.tries++
 	if o.tries >= w.cfg.MaxTries {

@@ -101,7 +101,7 @@ type Stats struct {
 	Bytes            uint64        // bytes of the delivered operations
 	Retries          uint64        // reissues after a timeout or a failed local completion
 	StaleCompletions uint64        // completions for a tid no longer current (ignored)
-	Late             uint64        // of those, of an attempt timed out and reissued (a lingering slot, or the slot's attempt before): the timeout was too short
+	Late             uint64        // of those, of the slot's attempt before the current one: the timeout was too short
 	Failovers        uint64        // lanes taken out of a call after DownAfter timeouts in a row
 	Loss             float64       // the current estimate of the packet loss rate
 	OpPackets        int           // the current operation size, in packets
@@ -152,11 +152,6 @@ type slot struct {
 	prevTID     uint32
 	prevSent    time.Time
 	prevPackets int
-	// Lingering (linger not zero): the attempt timed out, its operation
-	// was reissued elsewhere, and the slot waits until linger for a late
-	// completion (retry) before it is free again.
-	linger        time.Time
-	lingerPackets int
 }
 
 // op is a byte range: local and remote offsets, length, tries so far, and
