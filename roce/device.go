@@ -177,6 +177,10 @@ type Device struct {
 	ifname string
 	hw     [6]byte
 	port   port // GID table and link state (port.go)
+
+	cmOnce sync.Once // creates cmAg, QP1, on first use (cm_agent.go)
+	cmAg   *cmAgent
+	cmErr  error
 	pmtu   wire.MTU
 	opts   Options
 	tbl    *mr.Table
@@ -545,6 +549,10 @@ func (d *Device) Close() error {
 		d.closed = true
 		d.mu.Unlock()
 		d.closing.Store(true)
+		d.cmOnce.Do(func() {}) // no CM agent from now on
+		if d.cmAg != nil {
+			d.cmAg.close()
+		}
 		d.l.Wake()
 		<-d.done
 		// The engine has stopped: this goroutine owns the queue pairs now.

@@ -160,8 +160,8 @@ func New(cfg Config) (*QP, error) {
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
 		return nil, errors.New("qp: new: send and receive completion queues are required")
 	}
-	if cfg.QPN == 0 || cfg.QPN == 1 || cfg.QPN > wire.PSNMask {
-		return nil, fmt.Errorf("qp: new: invalid QPN %#x (2..0xffffff)", cfg.QPN)
+	if cfg.QPN == 0 || (cfg.QPN == 1 && cfg.Type != UD) || cfg.QPN > wire.PSNMask {
+		return nil, fmt.Errorf("qp: new: invalid QPN %#x (2..0xffffff; 1 only for the UD GSI queue pair)", cfg.QPN)
 	}
 	def := func(v *int, d, limit int, name string) error {
 		if *v == 0 {
