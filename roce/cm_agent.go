@@ -19,7 +19,8 @@ import (
 // frames to QP1 are dropped and counted as to an unknown QPN. It receives
 // every MAD in one goroutine, decodes it with cm/rdmacm and hands it to the
 // connection it belongs to; its sends are UD SENDs of 256 bytes to the
-// peer's QP1, with the solicited-event bit, as rxe's QP1 sends them.
+// peer's QP1 with AckReq set (roce/qp does that for QPN 1), as rxe's QP1
+// sends them.
 type cmAgent struct {
 	d     *Device
 	pd    *PD
@@ -168,7 +169,7 @@ func (a *cmAgent) sendRaw(peer netip.Addr, mad []byte) error {
 	a.sendAt = (a.sendAt + 1) % cmSendSlots
 	off := slot * cmSlotLen
 	copy(a.buf[off:off+rdmacm.MADLen], mad)
-	return a.qp.PostSendAH(SendWR{ID: cmSendWRID | uint64(slot), Opcode: WRSend, Flags: Signaled | Solicited,
+	return a.qp.PostSendAH(SendWR{ID: cmSendWRID | uint64(slot), Opcode: WRSend, Flags: Signaled,
 		SGL: []SGE{{Addr: a.mr.Addr() + uint64(off), Length: rdmacm.MADLen, LKey: a.mr.LKey()}}}, ah)
 }
 

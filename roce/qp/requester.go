@@ -302,6 +302,8 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 			p.BTH.AckReq = true
 			r.sinceAckReq = 0
 		}
+	} else if q.qpn == 1 {
+		p.BTH.AckReq = true // as rxe's QP1 (GSI) sends its MADs
 	}
 	r.buf, r.n = buf, n
 	return reqGetWQE, reqActTransmit, 0
