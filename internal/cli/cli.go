@@ -44,6 +44,7 @@ var commands = []*Command{
 	gatewayCommand,
 	benchCommand,
 	pingpongCommand,
+	rpingCommand,
 	demoCommand,
 	daemonCommand,
 	versionCommand,

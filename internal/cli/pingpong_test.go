@@ -90,17 +90,25 @@ func runPair(t *testing.T, topo *netlab.Topo, wrap func(ctx context.Context, ns 
 	t.Cleanup(func() { srv.Process.Kill(); <-done })
 	cli := wrap(ctx, topo.B.NS, append(append(append(words[:len(words):len(words)], "--dev", topo.B.Name), common...), topo.A.IPv4.String())...)
 	r := runCmd(t, cli)
+	awaitServer(t, ctx, done, r, &so, &se)
+	return so.String(), se.String(), r.stdout, r.stderr
+}
+
+// awaitServer waits for the server process (its Wait result on done, put
+// back for the cleanup) after the client's run r, and fails the test unless
+// both succeeded.
+func awaitServer(t *testing.T, ctx context.Context, done chan error, r result, so, se fmt.Stringer) {
+	t.Helper()
 	var serr error
 	select {
 	case serr = <-done:
 		done <- serr
 	case <-ctx.Done():
-		t.Fatalf("run not finished in 30 s; client exit %d: %s%s\nserver: %s%s", r.code, r.stdout, r.stderr, so.String(), se.String())
+		t.Fatalf("server still running; client exit %d: %s%s\nserver: %s%s", r.code, r.stdout, r.stderr, so.String(), se.String())
 	}
 	if r.code != 0 || serr != nil {
 		t.Fatalf("client exit %d:\n%s%s\nserver %v:\n%s%s", r.code, r.stdout, r.stderr, serr, so.String(), se.String())
 	}
-	return so.String(), se.String(), r.stdout, r.stderr
 }
 
 // checkPingpong: both print ibv_rc_pingpong's lines, each one's remote

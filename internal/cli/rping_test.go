@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
+)
+
+func TestRpingFill(t *testing.T) {
+	b := make([]byte, 64)
+	fillRping(b, 0, 'A')
+	if got := string(cString(b)); got != "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr" {
+		t.Fatalf("ping 0: %q", got)
+	}
+	fillRping(b, 9, 'J')
+	if got := string(cString(b)); got != "rdma-ping-9: JKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyzA" {
+		t.Fatalf("ping 9: %q", got)
+	}
+}
+
+func TestRpingUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"rping", "--dev", "lo"},                             // neither -s nor -c
+		{"rping", "--dev", "lo", "-s", "-c"},                 // both
+		{"rping", "--dev", "lo", "-c"},                       // client without -a
+		{"rping", "--dev", "lo", "-s", "-S", "8"},            // too small
+		{"rping", "--dev", "lo", "-c", "-a", "x", "-C", "1"}, // not an address
+	} {
+		if r := runBinary(t, args...); r.code != 2 {
+			t.Errorf("%q: exit %d, want 2 (usage): %s", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestPrivilegedRping: xdproce rping server and client (the real binary) in
+// two namespaces over AF_XDP: -C 5 pings of -S 64 and 4096 with -v -V, the
+// server's and the client's lines as rping prints them, and the server's
+// capture shows the CM exchange and rping's loop (READ and WRITE).
+func TestPrivilegedRping(t *testing.T) {
+	testenv.Privileged(t)
+	topo := netlab.Pair(t, netlab.LinkConfig{})
+	for _, size := range []int{64, 4096} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
+			defer cancel()
+			capPath := filepath.Join(t.TempDir(), "rping.pcapng")
+			srv := topo.A.NS.Command(ctx, binary, "rping", "--dev", topo.A.Name, "--link", "xsk", "-s", "-a", topo.A.IPv4.String(),
+				"-v", "-d", "-S", fmt.Sprint(size), "--capture", capPath)
+			var so, se syncBuffer
+			srv.Stdout, srv.Stderr = &so, &se
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- srv.Wait() }()
+			t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
+			for !strings.Contains(se.String(), "rping server listening") {
+				select {
+				case err := <-done:
+					t.Fatalf("server exited (%v): %s", err, se.String())
+				case <-ctx.Done():
+					t.Fatalf("server not listening: %s", se.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			cli := topo.B.NS.Command(ctx, binary, "rping", "--dev", topo.B.Name, "--link", "xsk", "-c", "-a", topo.A.IPv4.String(),
+				"-C", "5", "-S", fmt.Sprint(size), "-v", "-V")
+			r := runCmd(t, cli)
+			awaitServer(t, ctx, done, r, &so, &se)
+			buf := make([]byte, size)
+			var want, wantSrv strings.Builder
+			for i := range 5 {
+				fillRping(buf, i, byte('A'+i))
+				fmt.Fprintf(&want, "ping data: %s\n", cString(buf))
+				fmt.Fprintf(&wantSrv, "server ping data: %s\n", cString(buf))
+			}
+			if r.stdout != want.String() {
+				t.Errorf("client stdout:\n%s\nwant:\n%s", r.stdout, want.String())
+			}
+			if so.String() != wantSrv.String() {
+				t.Errorf("server stdout:\n%s\nwant:\n%s", so.String(), wantSrv.String())
+			}
+			if !strings.Contains(se.String(), "server DISCONNECT EVENT...") {
+				t.Errorf("server stderr: %s", se.String())
+			}
+			d := runBinary(t, "dump", capPath)
+			for _, w := range []string{"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP", "RDMA_READ_REQUEST", "RDMA_WRITE"} {
+				if !strings.Contains(d.stdout, w) {
+					t.Errorf("server capture has no %s:\n%s", w, d.stdout)
+				}
+			}
+		})
+	}
+}
