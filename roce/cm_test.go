@@ -18,6 +18,10 @@ var shortCM = roce.CMOptions{ResponseTimeout: 14, MaxRetries: 15}
 // cmPair dials from p.a to a listener on p.b and accepts there, with the
 // given private data each way; it returns both connections and their sides.
 func cmPair(t *testing.T, p *devPair, l *roce.CMListener, reqPriv, repPriv []byte) (x, y *side, kx, ky *roce.CMConn) {
+	return cmPairTo(t, p, l, addrB, reqPriv, repPriv)
+}
+
+func cmPairTo(t *testing.T, p *devPair, l *roce.CMListener, dst netip.Addr, reqPriv, repPriv []byte) (x, y *side, kx, ky *roce.CMConn) {
 	t.Helper()
 	x = newSide(t, p.a, roce.RC, connCfg{bufSize: 1 << 16}, 0)
 	y = newSide(t, p.b, roce.RC, connCfg{bufSize: 1 << 16}, 0)
@@ -41,7 +45,7 @@ func cmPair(t *testing.T, p *devPair, l *roce.CMListener, reqPriv, repPriv []byt
 		k, err := r.Accept(ctx, y.qp, repPriv)
 		acc <- res{k, err}
 	}()
-	kx, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(addrB, l.Port()), reqPriv, &shortCM)
+	kx, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(dst, l.Port()), reqPriv, &shortCM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +199,117 @@ func TestCMLossy(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancel()
+	}
+}
+
+// TestCMIPv6: the IP CM header carries IPv6 addresses; the connection runs
+// over the devices' IPv6 GIDs.
+func TestCMIPv6(t *testing.T) {
+	la, lb, err := pipe.New(pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6a, v6b := netip.MustParseAddr("2001:db8::a"), netip.MustParseAddr("2001:db8::b")
+	p := newDevicesAt(t, la, lb, v6a, v6b)
+	l, err := p.b.ListenCM(7174, &shortCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	x, y, kx, ky := cmPairTo(t, p, l, v6b, []byte("v6"), []byte("v6 ok"))
+	if ky.Remote.Addr() != v6a || kx.Remote.Addr() != v6b || !bytes.HasPrefix(kx.PrivateData, []byte("v6 ok")) {
+		t.Fatalf("remotes %v %v, REP data %q", kx.Remote, ky.Remote, kx.PrivateData)
+	}
+	if err := y.qp.PostRecv(roce.RecvWR{ID: 1, SGL: []roce.SGE{y.sge(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.PostSend(roce.SendWR{ID: 2, Opcode: roce.WRSend, Flags: roce.Signaled, SGL: []roce.SGE{x.sge(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, y.rcq); wc.Status != roce.WCSuccess {
+		t.Fatalf("recv %+v", wc)
+	}
+}
+
+// TestCMStale: a REQ from a queue pair that is already connected here is
+// answered REJ stale connection.
+func TestCMStale(t *testing.T) {
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	l, err := p.b.ListenCM(7174, &shortCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	x, _, _, _ := cmPair(t, p, l, nil, nil)
+	// A second queue pair cannot reuse x's QPN; reset x itself and dial
+	// again from the same QPN while b still holds the connection.
+	if err := x.qp.Modify(&roce.Attr{State: roce.StateReset}, roce.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(addrB, 7174), nil, &shortCM)
+	var rej *roce.CMRejectError
+	if !errors.As(err, &rej) || rej.Reason != roce.CMRejStaleConnection {
+		t.Fatalf("second REQ from QPN %#x: %v", x.qp.QPN(), err)
+	}
+}
+
+// TestCMAcceptTimeout: the RTU never arrives (the active side's frames are
+// lost from the REQ on): the passive side resends its REP as often as the
+// REQ allows, then gives up with ErrCMTimeout, sends REJ timeout (which
+// reaches the active side and ends its connection) and both queue pairs
+// end in ERROR.
+func TestCMAcceptTimeout(t *testing.T) {
+	p, la, _ := newPipeDevices(t, pipe.Config{})
+	o := &roce.CMOptions{ResponseTimeout: 12, MaxRetries: 3} // 16 ms per try
+	l, err := p.b.ListenCM(7174, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	x := newSide(t, p.a, roce.RC, connCfg{bufSize: 4096}, 0)
+	y := newSide(t, p.b, roce.RC, connCfg{bufSize: 4096}, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dialed := make(chan *roce.CMConn, 1)
+	go func() {
+		k, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(addrB, 7174), nil, o)
+		if err != nil {
+			t.Error(err)
+		}
+		dialed <- k
+	}()
+	r, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.SetFaults(pipe.Faults{Loss: 1}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = r.Accept(ctx, y.qp, nil)
+	if !errors.Is(err, roce.ErrCMTimeout) {
+		t.Fatalf("accept without RTU: %v", err)
+	}
+	if d := time.Since(start); d < 4*16*time.Millisecond {
+		t.Fatalf("gave up after %v, before 4 tries of 16 ms", d)
+	}
+	kx := <-dialed
+	if kx == nil {
+		t.FailNow()
+	}
+	select {
+	case <-kx.Done():
+	case <-ctx.Done():
+		t.Fatal("the active side kept the connection after REJ timeout")
+	}
+	for _, s := range []*side{x, y} {
+		if st := s.qp.State(); st != roce.StateError {
+			t.Fatalf("qp %#x in %v", s.qp.QPN(), st)
+		}
+	}
+	if n := p.a.CMConns() + p.b.CMConns(); n != 0 {
+		t.Fatalf("%d connections left", n)
 	}
 }
