@@ -5,10 +5,11 @@
 // data.
 //
 // It is a pure codec: it knows nothing of queue pairs, timers or devices, so
-// it does not import roce/qp. The engine's QP1 hands it the 256-byte payload
-// of each UD SEND to QP1 (Q_Key wire.GSIQKey) and sends what it encodes; the
-// connection state machine, retries and the rdma_cm-shaped Go API are built
-// on top, elsewhere. The MAD header lives here rather than in a roce/mad
+// it does not import roce/qp. roce's CM agent (QP1, roce/cm_agent.go) hands
+// it the 256-byte payload of each UD SEND to QP1 (Q_Key wire.GSIQKey) and
+// sends what it encodes; the connection state machine, retries and the
+// rdma_cm-shaped Go API (Device.ListenCM, Device.DialCM) live in roce. The
+// MAD header lives here rather than in a roce/mad
 // package of its own because on RoCE the CM is the only management class a
 // QP1 serves (there is no subnet manager, SA or SMP); should another class
 // appear, Header moves out unchanged.
