@@ -62,13 +62,14 @@ func (o *CMOptions) connectOptions() ConnectOptions {
 }
 
 // checkCMQP checks that q can be connected by the CM of d: an RC queue
-// pair of d in RESET.
+// pair of d in RESET, or in INIT (where rdma_create_qp leaves it, so that
+// receives can be posted before the peer may send).
 func checkCMQP(d *Device, q *QP) error {
 	if q == nil || q.d != d || q.typ != RC {
 		return errors.New("the queue pair must be an RC queue pair of the CM's device")
 	}
-	if st := q.State(); st != StateReset {
-		return fmt.Errorf("queue pair %#x is in %v, not RESET", q.QPN(), st)
+	if st := q.State(); st != StateReset && st != StateInit {
+		return fmt.Errorf("queue pair %#x is in %v, not RESET or INIT", q.QPN(), st)
 	}
 	return nil
 }

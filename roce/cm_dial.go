@@ -9,7 +9,7 @@ import (
 	"github.com/xdproce/xdproce/cm/rdmacm"
 )
 
-// DialCM connects the RC queue pair q (in RESET) to the RDMA CM listener at
+// DialCM connects the RC queue pair q (in RESET, or in INIT with receives posted) to the RDMA CM listener at
 // dst (address and rdma_cm port, RDMA_PS_TCP), as rdma_connect does: it
 // sends a REQ with librdmacm's IP CM header and up to 56 bytes of priv,
 // resends it each response timeout, and on the REP takes q through RTR to

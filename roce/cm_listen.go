@@ -173,7 +173,7 @@ func (r *CMRequest) Reject(priv []byte) error {
 	return nil
 }
 
-// Accept connects the RC queue pair q (in RESET) to the requester, as
+// Accept connects the RC queue pair q (in RESET, or in INIT with receives posted) to the requester, as
 // rdma_accept does: q goes through RTR to RTS with the PSNs and QPN the MADs
 // carry, the REP (with up to 196 bytes of priv) is sent and resent each of
 // the requester's response timeouts, as often as its REQ allows, until the

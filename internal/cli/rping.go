@@ -164,7 +164,16 @@ func (r *rping) setup() error {
 		return err
 	}
 	r.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: r.scq, RecvCQ: r.rcq, MaxSendWR: 16, MaxRecvWR: 2, MaxSGE: 1})
-	return err
+	if err != nil {
+		return err
+	}
+	// As rping: the receive is posted before the connection exists (the
+	// queue pair in INIT, where rdma_create_qp leaves it), so the peer's
+	// first SEND finds it.
+	if err := r.qp.Modify(&roce.Attr{State: roce.StateInit, Access: roce.LocalWrite | roce.RemoteRead | roce.RemoteWrite}, roce.AttrState|roce.AttrAccessFlags); err != nil {
+		return err
+	}
+	return r.postRecv()
 }
 
 func (r *rping) cmOptions() *roce.CMOptions {
@@ -263,14 +272,14 @@ func (r *rping) serve(ctx context.Context, port uint16) error {
 		return err
 	}
 	r.logf("cma_event type RDMA_CM_EVENT_ESTABLISHED")
-	if err := r.postRecv(); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = r.serveLoop(ctx)
 	if errors.Is(err, errRpingDisconnected) {
+		// rping's two lines: the CM event, then its loop's failed wait for
+		// the next buffer-info message (state 10: DISCONNECTED).
 		fmt.Fprintln(r.env.Stderr, "server DISCONNECT EVENT...")
+		fmt.Fprintln(r.env.Stderr, "wait for RDMA_READ_ADV state 10")
 		return nil
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -329,13 +338,14 @@ func (r *rping) client(ctx context.Context, dst netip.AddrPort, count int, timeo
 		return err
 	}
 	r.logf("cma_event type RDMA_CM_EVENT_ESTABLISHED")
-	if err := r.postRecv(); err != nil {
-		return err
-	}
 	err = r.pings(ctx, count)
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
-	if derr := k.Disconnect(dctx); err == nil {
+	derr := k.Disconnect(dctx)
+	if derr == nil {
+		fmt.Fprintln(r.env.Stderr, "client DISCONNECT EVENT...")
+	}
+	if err == nil {
 		err = derr
 	}
 	return err

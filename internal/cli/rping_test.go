@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,10 +87,20 @@ func TestPrivilegedRping(t *testing.T) {
 			if so.String() != wantSrv.String() {
 				t.Errorf("server stdout:\n%s\nwant:\n%s", so.String(), wantSrv.String())
 			}
-			if !strings.Contains(se.String(), "server DISCONNECT EVENT...") {
-				t.Errorf("server stderr: %s", se.String())
+			if !strings.Contains(se.String(), "server DISCONNECT EVENT...\nwait for RDMA_READ_ADV state 10\n") ||
+				!strings.Contains(r.stderr, "client DISCONNECT EVENT...") {
+				t.Errorf("stderr: server %q, client %q", se.String(), r.stderr)
 			}
 			d := runBinary(t, "dump", capPath)
+			if size == 64 {
+				// rping's loop as rxe's capture has it: the RC requests
+				// (no ACKs) of the first two pings, by direction.
+				rxe := runBinary(t, "dump", "../../testdata/rxe/rdmacm_rping.pcap")
+				want, got := rcSequence(rxe.stdout, "192.0.2.11"), rcSequence(d.stdout, topo.A.IPv4.String())
+				if len(want) != 14 || len(got) < 14 || !slices.Equal(want, got[:14]) {
+					t.Errorf("RC sequence of two pings:\n got %q\nwant %q (rxe)\n%s", got, want, d.stdout)
+				}
+			}
 			for _, w := range []string{"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP", "RDMA_READ_REQUEST", "RDMA_WRITE"} {
 				if !strings.Contains(d.stdout, w) {
 					t.Errorf("server capture has no %s:\n%s", w, d.stdout)
@@ -97,4 +108,25 @@ func TestPrivilegedRping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rcSequence lists the RC packets other than ACKs of a dump as "server
+// OPCODE" or "client OPCODE" (server: the source address is server).
+func rcSequence(dump, server string) []string {
+	var out []string
+	for _, line := range strings.Split(dump, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && (f[2] == "in" || f[2] == "out") { // a pcapng capture's direction column
+			f = slices.Delete(f, 2, 3)
+		}
+		if len(f) < 6 || !strings.HasPrefix(f[5], "RC_") || f[5] == "RC_ACKNOWLEDGE" {
+			continue
+		}
+		who := "client"
+		if strings.HasPrefix(f[2], server+":") {
+			who = "server"
+		}
+		out = append(out, who+" "+f[5])
+	}
+	return out
 }
