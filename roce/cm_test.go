@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -311,5 +312,53 @@ func TestCMAcceptTimeout(t *testing.T) {
 	}
 	if n := p.a.CMConns() + p.b.CMConns(); n != 0 {
 		t.Fatalf("%d connections left", n)
+	}
+}
+
+// TestCMInitQP: queue pairs in INIT with a receive posted (as
+// rdma_create_qp leaves them) are connected by the CM; a SEND sent the
+// moment DialCM returns finds the receive (no RNR NAK).
+func TestCMInitQP(t *testing.T) {
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	l, err := p.b.ListenCM(7174, &shortCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	x := newSide(t, p.a, roce.RC, connCfg{bufSize: 4096}, 0)
+	y := newSide(t, p.b, roce.RC, connCfg{bufSize: 4096}, 0)
+	for _, s := range []*side{x, y} {
+		if err := s.qp.Modify(&roce.Attr{State: roce.StateInit, Access: roce.LocalWrite | roce.RemoteWrite}, roce.AttrState|roce.AttrAccessFlags); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := y.qp.PostRecv(roce.RecvWR{ID: 1, SGL: []roce.SGE{y.sge(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		if r, err := l.Accept(ctx); err == nil {
+			r.Accept(ctx, y.qp, nil)
+		}
+	}()
+	if _, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(addrB, 7174), nil, &shortCM); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.PostSend(roce.SendWR{ID: 2, Opcode: roce.WRSend, Flags: roce.Signaled, SGL: []roce.SGE{x.sge(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, x.scq); wc.Status != roce.WCSuccess {
+		t.Fatalf("send %+v", wc)
+	}
+	if wc := waitWC(t, y.rcq); wc.Status != roce.WCSuccess {
+		t.Fatalf("recv %+v", wc)
+	}
+	if st := x.qp.Stats(); st.RNRNAKsRecv != 0 {
+		t.Fatalf("%d RNR NAKs: the receive posted in INIT was not there", st.RNRNAKsRecv)
+	}
+	// A queue pair already connected is refused.
+	if _, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(addrB, 7174), nil, &shortCM); err == nil || !strings.Contains(err.Error(), "not RESET or INIT") {
+		t.Fatalf("dial with a connected queue pair: %v", err)
 	}
 }
