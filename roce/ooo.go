@@ -61,6 +61,7 @@ type OOOStats struct {
 	ProtectionErrors    uint64 // packets refused for protection: their tid never completes
 	ReadBusy            uint64 // READ requests ignored on a busy context
 	WorkOverflow        uint64 // READ responses or completions dropped: the queue pair's work queue was full
+	ThirdPartyRefused   uint64 // third-party packets for a controller or sink not admitted, dropped
 }
 
 func oooStats(c *qp.Stats) OOOStats {
@@ -68,7 +69,7 @@ func oooStats(c *qp.Stats) OOOStats {
 		StaleCtx: c.Get(qp.CtrStaleCtx), StaleTID: c.Get(qp.CtrStaleTID), DupIndex: c.Get(qp.CtrDupIndex),
 		CompletionsSent: c.Get(qp.CtrOOOCompletionsSent), CompletionsReceived: c.Get(qp.CtrOOOCompletionsRecv),
 		ProtectionErrors: c.Get(qp.CtrOOOProtErrors), ReadBusy: c.Get(qp.CtrOOOReadBusy),
-		WorkOverflow: c.Get(qp.CtrOOOWorkOverflow),
+		WorkOverflow: c.Get(qp.CtrOOOWorkOverflow), ThirdPartyRefused: c.Get(qp.CtrOOO3PRefused),
 	}
 }
 
@@ -81,6 +82,7 @@ func (s *OOOStats) add(o OOOStats) {
 	s.ProtectionErrors += o.ProtectionErrors
 	s.ReadBusy += o.ReadBusy
 	s.WorkOverflow += o.WorkOverflow
+	s.ThirdPartyRefused += o.ThirdPartyRefused
 }
 
 // pathMTU is the default path MTU of a queue pair of type t: the device's,

@@ -133,6 +133,7 @@ var qpCounters = [...]struct {
 	{"ooo_protection_errors", qp.CtrOOOProtErrors},
 	{"ooo_read_busy", qp.CtrOOOReadBusy},
 	{"ooo_work_overflow", qp.CtrOOOWorkOverflow},
+	{"ooo_3p_refused", qp.CtrOOO3PRefused},
 }
 
 // qpTotals are sums of qpCounters, in their order.

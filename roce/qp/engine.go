@@ -63,6 +63,7 @@ const (
 	CtrOOOProtErrors      // OOO packets refused for protection (rkey, bounds, access): their tid never completes
 	CtrOOOReadBusy        // OOO READ requests ignored: the context was busy
 	CtrOOOWorkOverflow    // READ responses or completions not queued: the QP's work queue was full
+	CtrOOO3PRefused       // third-party packets for a controller or sink not admitted (dropped)
 	numCounters
 )
 
@@ -70,7 +71,7 @@ var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "s
 	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors",
 	"spurious_fast_retransmits", "completer_retries", "retry_exceeded", "rnr_retry_exceeded", "sends_done",
 	"recvs_done", "stale_ctx", "stale_tid", "dup_index", "ooo_completions_sent", "ooo_completions_received",
-	"ooo_protection_errors", "ooo_read_busy", "ooo_work_overflow"}
+	"ooo_protection_errors", "ooo_read_busy", "ooo_work_overflow", "ooo_3p_refused"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
 

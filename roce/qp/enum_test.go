@@ -26,7 +26,7 @@ func TestEnumNames(t *testing.T) {
 	check("State", int(Reset), int(Error), func(v int) string { return State(v).String() })
 	check("WCStatus", int(WCSuccess), int(WCGeneralErr), func(v int) string { return WCStatus(v).String() })
 	check("WCOpcode", int(WCSend), int(WCOOOTarget), func(v int) string { return WCOpcode(v).String() })
-	check("WROpcode", int(WRRDMAWrite), int(WROOORead), func(v int) string { return WROpcode(v).String() })
+	check("WROpcode", int(WRRDMAWrite), int(WROOO3PRead), func(v int) string { return WROpcode(v).String() })
 	check("Counter", int(CtrRetransmits), int(numCounters)-1, func(v int) string { return Counter(v).String() })
 	check("reqState", int(reqGetWQE), int(reqDone), func(v int) string { return reqState(v).String() })
 	check("compState", int(compCheckPSN), int(compDone), func(v int) string { return compState(v).String() })

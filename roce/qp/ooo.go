@@ -22,6 +22,10 @@ const MaxPaths = 64
 func (q *QP) checkOOOSend(wr *SendWR) error {
 	switch wr.Opcode {
 	case WROOOWrite, WROOORead:
+	case WROOO3PRead:
+		if err := check3PSend(wr); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("qp: post send: %v on an OOO queue pair", wr.Opcode)
 	}

@@ -80,6 +80,10 @@ type ctxState struct {
 	srcVA  uint64
 	srcKey uint32
 	sent   uint32
+	// Third-party source: the sink the response goes to (nil: the
+	// connected peer) and the controller its completion goes to.
+	sink *sink
+	ctl  wire.XTP
 }
 
 // ctxRole is what a context's current operation is to the side holding it.

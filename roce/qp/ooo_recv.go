@@ -22,7 +22,11 @@ func (q *QP) oooReceive(p *wire.Packet, out Output) {
 		q.oooReadRequest(p)
 	case wire.OOOCompletion:
 		q.oooCompletion(p)
-	default: // third-party opcodes: not served yet
+	case wire.OOO3PReadReq:
+		q.ooo3PReadRequest(p)
+	case wire.OOO3PWrite:
+		q.ooo3PPlace(p, out)
+	default:
 		q.stats.inc(CtrDropped)
 	}
 }
@@ -39,7 +43,11 @@ func (q *QP) oooState(x wire.Ctx) *ctxState {
 
 // oooPlace places one OOO_WRITE packet: a peer's WRITE, or the response to
 // this side's READ.
-func (q *QP) oooPlace(p *wire.Packet, out Output) {
+func (q *QP) oooPlace(p *wire.Packet, out Output) { q.oooPlaceFor(p, p.XRH.Initiator, out) }
+
+// oooPlaceFor places one data packet whose completion goes to the context
+// peer: the initiator's (OOO_WRITE) or the controller's (OOO_3P_WRITE).
+func (q *QP) oooPlaceFor(p *wire.Packet, peer wire.Ctx, out Output) {
 	x := &p.XRH
 	s := q.oooState(x.Ctx)
 	if s == nil {
@@ -61,7 +69,7 @@ func (q *QP) oooPlace(p *wire.Packet, out Output) {
 		}
 		s.start(roleTarget, x.TID, x.Total, uint32(x.Seg.Bytes()))
 		s.base, s.rkey = p.RETH.VA-off, p.RETH.RKey
-		s.notify, s.peer, s.tag = x.Notify, x.Initiator, x.Tag
+		s.notify, s.peer, s.tag = x.Notify, peer, x.Tag
 	default:
 		if s.role != roleTarget && s.role != roleReadSink {
 			q.stats.inc(CtrDropped)
@@ -71,7 +79,7 @@ func (q *QP) oooPlace(p *wire.Packet, out Output) {
 			q.stats.inc(CtrDupIndex)
 			return
 		}
-		if s.poisoned || x.Total != s.total || uint32(x.Seg.Bytes()) != s.seg || x.Initiator != s.peer {
+		if s.poisoned || x.Total != s.total || uint32(x.Seg.Bytes()) != s.seg || peer != s.peer {
 			q.stats.inc(CtrDropped)
 			return
 		}
@@ -163,11 +171,17 @@ func (q *QP) oooDelivered(s *ctxState, x wire.Ctx) {
 	q.scq.push(&WC{ID: s.wrID, Opcode: WCOOODelivered, ByteLen: s.total, QPN: q.qpn, Ctx: x, TID: s.tid, Tag: s.tag})
 }
 
-// oooReadRequest serves an OOO_READ_REQ: ignored (no answer at all) for a
-// context not held, a tid not newer than the context's or a busy context;
-// refused with a protection error for a source the rkey does not cover;
-// otherwise queued, the response streaming from Progress.
-func (q *QP) oooReadRequest(p *wire.Packet) {
+// oooReadRequest serves an OOO_READ_REQ: the response goes to the
+// initiator's context.
+func (q *QP) oooReadRequest(p *wire.Packet) { q.oooServeRead(p, p.XRH.Initiator, nil, nil) }
+
+// oooServeRead serves a READ request whose response goes to the context
+// peer, at the connected peer (k nil) or at the admitted sink k with the
+// controller ctl (third party): ignored (no answer at all) for a context
+// not held, a tid not newer than the context's or a busy context; refused
+// with a protection error for a source the rkey does not cover; otherwise
+// queued, the response streaming from Progress.
+func (q *QP) oooServeRead(p *wire.Packet, peer wire.Ctx, k *sink, ctl *wire.XTP) {
 	x := &p.XRH
 	s := q.oooState(x.Ctx)
 	if s == nil {
@@ -187,7 +201,10 @@ func (q *QP) oooReadRequest(p *wire.Packet) {
 		return
 	}
 	s.start(roleReadSource, x.TID, x.Total, seg)
-	s.notify, s.peer, s.tag = x.Notify, x.Initiator, x.Tag
+	s.notify, s.peer, s.tag = x.Notify, peer, x.Tag
+	if k != nil {
+		s.sink, s.ctl = k, *ctl
+	}
 	s.srcVA, s.srcKey = p.RETH.VA, p.RETH.RKey
 	s.base, s.rkey = p.XRR.VA, p.XRR.RKey
 	if q.e.attr.Access&mr.RemoteRead == 0 {

@@ -25,6 +25,7 @@ type oooEngine struct {
 	wHead, wLen uint32
 	srcCache    mr.Cache // the READ sources' region
 	cond        [MaxCondQueues]condQueue
+	sinks       sinks // third-party sinks admitted (AdmitSink)
 }
 
 // oooWork is one entry of the work queue.
@@ -44,9 +45,10 @@ type oooWR struct {
 	tag            uint32
 	paths          uint8
 	sinkRKey       uint32
-	condQ          uint8 // conditional queue (component or conditional request)
-	cond           Cond  // a conditional request's condition
-	met            bool  // the condition held at a count while it waited at the head
+	sink           ThirdParty // WROOO3PRead: the sink
+	condQ          uint8      // conditional queue (component or conditional request)
+	cond           Cond       // a conditional request's condition
+	met            bool       // the condition held at a count while it waited at the head
 }
 
 func (o *oooEngine) queue(w oooWork) bool {
@@ -161,6 +163,15 @@ func (q *QP) oooStart(w *sendWQE) WCStatus {
 		}
 		s.start(roleReadSink, o.tid, uint32(w.length), q.e.pmtu)
 		s.base, s.rkey = g.Addr, o.sinkRKey
+	} else if w.opcode == WROOO3PRead {
+		if s == nil {
+			return WCSuccess
+		}
+		// The controller waits for the sink's completion, as a WRITE's
+		// initiator for its target's.
+		s.start(roleWriteInit, o.tid, o.sink.Len, q.e.pmtu)
+		s.peer, s.notify, s.tag, s.wrID = o.sink.Ctx, o.notify, o.tag, w.id
+		return WCSuccess
 	} else {
 		if w.inline == nil && !q.checkSGL(w.sgl, 0) {
 			return WCLocProtErr
@@ -191,6 +202,10 @@ func (q *QP) oooBuild(w *sendWQE, buf []byte, out Output) (st WCStatus, last boo
 		p.RETH = wire.RETH{VA: w.remoteAddr, RKey: w.rkey, DMALen: uint32(w.length)}
 		p.XRR = wire.XRR{VA: w.sgl[0].Addr, RKey: o.sinkRKey}
 		q.emit(out, buf, 0)
+		return WCSuccess, true
+	}
+	if w.opcode == WROOO3PRead {
+		q.oooBuild3P(w, buf, out)
 		return WCSuccess, true
 	}
 	off := uint64(idx) * uint64(e.pmtu)
@@ -229,7 +244,7 @@ func (q *QP) oooRetire(w *sendWQE, st WCStatus) {
 	o := &w.ooo
 	wc := WC{ID: w.id, Status: st, Opcode: w.opcode.wcOpcode(), QPN: q.qpn, Ctx: o.ctx, TID: o.tid, Tag: o.tag}
 	if st == WCSuccess {
-		wc.ByteLen = uint32(w.length)
+		wc.ByteLen = uint32(w.length) + o.sink.Len
 	} else {
 		q.condComponentFailed(w)
 	}
@@ -256,8 +271,14 @@ func (q *QP) oooEmitResponse(s *ctxState, from wire.Ctx, out Output) bool {
 	off := uint64(idx) * uint64(s.seg)
 	n := min(uint64(s.total)-off, uint64(s.seg))
 	p := &e.pkt
-	*p = e.hdr
-	p.BTH.Opcode, p.BTH.PSN = wire.OOOWrite, idx
+	if s.sink != nil {
+		*p = s.sink.hdr
+		p.BTH.Opcode, p.XTPController = wire.OOO3PWrite, s.ctl
+	} else {
+		*p = e.hdr
+		p.BTH.Opcode = wire.OOOWrite
+	}
+	p.BTH.PSN = idx
 	p.RETH = wire.RETH{VA: s.base + off, RKey: s.rkey, DMALen: uint32(n)}
 	p.XRH = wire.XRH{Ctx: s.peer, TID: s.tid, Total: s.total, Initiator: from, Notify: s.notify,
 		Seg: wire.MTUFromBytes(int(s.seg)), Tag: s.tag}

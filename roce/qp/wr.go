@@ -22,11 +22,14 @@ const (
 	// OOO queue pairs only (docs/ooo.md).
 	WROOOWrite // out-of-order RDMA WRITE: SGL to RemoteAddr/RKey in RemoteCtx
 	WROOORead  // out-of-order RDMA READ: RemoteAddr/RKey in RemoteCtx to SGL[0] (SinkRKey) in Ctx
+	// WROOO3PRead: third-party READ: the peer streams RemoteAddr/RKey in
+	// RemoteCtx to Sink, another node, whose completion comes to Ctx.
+	WROOO3PRead
 )
 
 var wrOpcodeNames = [...]string{"WROpcode(0)", "IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE_WITH_IMM",
 	"IBV_WR_SEND", "IBV_WR_SEND_WITH_IMM", "IBV_WR_RDMA_READ", "IBV_WR_ATOMIC_CMP_AND_SWP",
-	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV", "XDP_WR_OOO_WRITE", "XDP_WR_OOO_READ"}
+	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV", "XDP_WR_OOO_WRITE", "XDP_WR_OOO_READ", "XDP_WR_OOO_3P_READ"}
 
 func (o WROpcode) String() string { return enumName(wrOpcodeNames[:], int(o), "WROpcode") }
 
@@ -43,7 +46,7 @@ func (o WROpcode) wcOpcode() WCOpcode {
 		return WCFetchAdd
 	case WROOOWrite:
 		return WCOOOWrite
-	case WROOORead:
+	case WROOORead, WROOO3PRead:
 		return WCOOORead
 	}
 	return WCSend
@@ -86,7 +89,7 @@ type SendWR struct {
 	RemoteQPN  uint32         // UD: destination QPN
 	RemoteQKey uint32         // UD: Q_Key; with the high bit set the QP's own Q_Key is used
 
-	// OOO operations (WROOOWrite, WROOORead; docs/ooo.md).
+	// OOO operations (WROOOWrite, WROOORead, WROOO3PRead; docs/ooo.md).
 	Ctx       wire.Ctx    // this side's context: the completion (WRITE) or the response data (READ) comes to it
 	RemoteCtx wire.Ctx    // the peer's context (id and key) the operation addresses
 	TID       uint32      // transaction id: larger than the last one used on RemoteCtx (and Ctx)
@@ -94,6 +97,7 @@ type SendWR struct {
 	Tag       uint32      // echoed in the completions (WC.Tag)
 	Paths     uint8       // spread the packets over this many UDP source ports (ECMP); 0 or 1: one
 	SinkRKey  uint32      // WROOORead: the rkey of the region SGL[0] lies in (the response is placed by rkey)
+	Sink      ThirdParty  // WROOO3PRead: the node the data goes to (docs/ooo.md, Third party)
 	// Conditional operations (docs/ooo.md): a component has Notify
 	// ToSelf|Initiator and CondQueue; a conditional request has CondQueue
 	// and Cond.
