@@ -40,10 +40,13 @@ const (
 	// CapRange: the server sends part of a file when a get asks for one (internal/xfer's span;
 	// `xdproce gateway` for an HTTP Range).
 	CapRange = "get-range"
+	// CapOOO3P: third-party copy (docs/ooo.md, Third party): serve's copy_source and
+	// copy_sink, which make an OOO queue pair acting for the client's queue pair (xdproce copy).
+	CapOOO3P = "ooo-3p"
 )
 
 // Capabilities lists what this side offers in its hello.
-var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange}
+var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P}
 
 // How a server authenticates its clients, as its hello says.
 const (

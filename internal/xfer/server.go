@@ -136,6 +136,10 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 	case msgGetEnlarge:
 		op = msgGet
 		res, err = s.serveGetEnlarge(ctx, cancel, c, &req)
+	case msgCopySource:
+		res, err = s.serveCopySource(c, &req)
+	case msgCopySink:
+		res, err = s.serveCopySink(c, &req)
 	default:
 		err = fmt.Errorf("unknown request %q", req.Type)
 		c.send(&message{Type: msgError, Error: err.Error()})

@@ -54,8 +54,14 @@ func newRigOn(t *testing.T, a, b *roce.Device, opts *Options) *rig {
 // the client uses a.
 func newRigServer(t *testing.T, a *roce.Device, s *Server, cfg *cm.Config) *rig {
 	t.Helper()
+	return newRigServerAt(t, "127.0.0.2:0", a, s, cfg)
+}
+
+// newRigServerAt is newRigServer listening on addr.
+func newRigServerAt(t *testing.T, addr string, a *roce.Device, s *Server, cfg *cm.Config) *rig {
+	t.Helper()
 	r := &rig{client: a, server: s.Dev, dir: s.Dir, srvErr: make(chan error, 16)}
-	ln, err := cm.Listen("127.0.0.2:0", cfg)
+	ln, err := cm.Listen(addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
