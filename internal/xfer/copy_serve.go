@@ -61,16 +61,8 @@ func (s *Server) serveCopySource(c *ctrl, req *message) (res Result, err error) 
 	}
 	sum := sha256.Sum256(q.buf[:size])
 	res.SHA256 = hex.EncodeToString(sum[:])
-	if err := q.connect(req, o.Connect); err != nil {
-		return res, refuse(c, err)
-	}
 	acc := &message{Type: msgAccept, Size: size, SHA256: res.SHA256, Addr: q.mr.Addr(), RKey: q.mr.RKey()}
-	if err := q.offerContexts(acc, &res); err != nil {
-		return res, refuse(c, err)
-	}
-	q.endpoint(acc)
-	res.PathMTU = min(acc.PathMTU, req.PathMTU)
-	if err := c.send(acc); err != nil {
+	if err := q.accept(c, req, acc, &res, o.Connect); err != nil {
 		return res, err
 	}
 	start := time.Now()
@@ -123,16 +115,8 @@ func (s *Server) serveCopySink(c *ctrl, req *message) (res Result, err error) {
 		return res, refuse(c, err)
 	}
 	defer q.close()
-	if err := q.connect(req, o.Connect); err != nil {
-		return res, refuse(c, err)
-	}
 	acc := &message{Type: msgAccept, Addr: q.mr.Addr(), RKey: q.mr.RKey()}
-	if err := q.offerContexts(acc, &res); err != nil {
-		return res, refuse(c, err)
-	}
-	q.endpoint(acc)
-	res.PathMTU = min(acc.PathMTU, req.PathMTU)
-	if err := c.send(acc); err != nil {
+	if err := q.accept(c, req, acc, &res, o.Connect); err != nil {
 		return res, err
 	}
 	start := time.Now()

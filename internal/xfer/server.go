@@ -150,6 +150,21 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 	return err
 }
 
+// accept connects q to the client's queue pair in req, offers it contexts
+// (OOO queue pairs) and sends acc with this side's queue pair; a failure to
+// connect or to offer is sent to the client too.
+func (q *qpConn) accept(c *ctrl, req, acc *message, res *Result, co *roce.ConnectOptions) error {
+	if err := q.connect(req, co); err != nil {
+		return refuse(c, err)
+	}
+	if err := q.offerContexts(acc, res); err != nil {
+		return refuse(c, err)
+	}
+	q.endpoint(acc)
+	res.PathMTU = min(acc.PathMTU, req.PathMTU)
+	return c.send(acc)
+}
+
 // refuse tells the client why the request fails and returns the error.
 func refuse(c *ctrl, err error) error {
 	c.send(errorMessage(err))
@@ -184,16 +199,8 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 		return res, refuse(c, err)
 	}
 	defer q.close()
-	if err := q.connect(req, o.Connect); err != nil {
-		return res, refuse(c, err)
-	}
 	acc := &message{Type: msgAccept, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
-	if err := q.offerContexts(acc, &res); err != nil {
-		return res, refuse(c, err)
-	}
-	q.endpoint(acc)
-	res.PathMTU = min(acc.PathMTU, req.PathMTU)
-	if err := c.send(acc); err != nil {
+	if err := q.accept(c, req, acc, &res, o.Connect); err != nil {
 		return res, err
 	}
 	start := time.Now()
@@ -288,16 +295,8 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 		return res, refuse(c, err)
 	}
 	defer q.close()
-	if err := q.connect(req, o.Connect); err != nil {
-		return res, refuse(c, err)
-	}
 	acc := &message{Type: msgAccept, Size: size, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots, Span: req.Span}
-	if err := q.offerContexts(acc, &res); err != nil {
-		return res, refuse(c, err)
-	}
-	q.endpoint(acc)
-	res.PathMTU = min(acc.PathMTU, req.PathMTU)
-	if err := c.send(acc); err != nil {
+	if err := q.accept(c, req, acc, &res, o.Connect); err != nil {
 		return res, err
 	}
 	start := time.Now()
