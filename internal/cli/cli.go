@@ -41,6 +41,7 @@ var commands = []*Command{
 	tlsProxyCommand,
 	sendCommand,
 	getCommand,
+	copyCommand,
 	gatewayCommand,
 	benchCommand,
 	pingpongCommand,

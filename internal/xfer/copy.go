@@ -102,7 +102,8 @@ func Copy(ctx context.Context, dev *roce.Device, src, dst *cm.Conn, name, newNam
 		return res, err
 	}
 	res = Result{Name: newName, Size: accS.Size, Link: dev.LinkName(), Peer: accS.Link + " → " + accT.Link, Op: OpOOO3P,
-		PathMTU: min(q.pmtu.Bytes(), accS.PathMTU), OOO: &OOOResult{}}
+		PathMTU: min(q.pmtu.Bytes(), accS.PathMTU)}
+	res.OOO = &OOOResult{Paths: 1, OpPackets: copyOp / max(res.PathMTU, 1)}
 	start := time.Now()
 	cp := &copier{q: q, size: uint64(accS.Size), src: accS, dst: accT, sinkGID: sinkGID, mine: mine[:n], res: res.OOO, progress: o.Progress}
 	if err := cp.run(ctx); err != nil {

@@ -1,0 +1,141 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/netlab"
+)
+
+// ifaceBytes returns the rx and tx byte counters of the interface e (read
+// in its namespace, /sys/class/net/IF/statistics).
+func ifaceBytes(t *testing.T, e *netlab.Iface) (rx, tx uint64) {
+	t.Helper()
+	read := func(name string) uint64 {
+		out, err := e.NS.Command(t.Context(), "cat", "/sys/class/net/"+e.Name+"/statistics/"+name).Output()
+		if err != nil {
+			t.Fatalf("%s of %s: %v", name, e.Name, err)
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	return read("rx_bytes"), read("tx_bytes")
+}
+
+// copyResult is what `copy --json` prints.
+type copyResult struct {
+	Size    int64   `json:"size"`
+	Seconds float64 `json:"seconds"`
+	SHA256  string  `json:"sha256"`
+	Op      string  `json:"op"`
+	OOO     struct {
+		Attempts  uint64 `json:"attempts"`
+		Delivered uint64 `json:"delivered"`
+		Retries   uint64 `json:"retries"`
+	} `json:"ooo"`
+}
+
+// TestPrivilegedCopyStar: in a star of 3 namespaces, `xdproce copy` run in
+// the controller's (m0, no --dev: the route's interface) moves a 16 MiB file
+// (100 MiB with -long) from `serve` in m1 to `serve` in m2, both
+// authenticating with a pre-shared key, over AF_XDP: byte-exact at the sink,
+// and the controller's interface carries less than 1 % of the file's bytes
+// both ways. A controller with another key is refused in the hello and
+// nothing is stored; an old sink (without the capability) is not reached:
+// both give one line.
+func TestPrivilegedCopyStar(t *testing.T) {
+	netlab.Privileged(t)
+	size := int64(16 << 20)
+	if *long {
+		size = 100 << 20
+	}
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	st := netlab.StarT(t, netlab.StarConfig{Members: 3})
+	c, s, d := st.Members[0], st.Members[1], st.Members[2]
+	key := filepath.Join(tmp, "key")
+	if _, err := cm.WritePSK(key); err != nil {
+		t.Fatal(err)
+	}
+	srcDir, dstDir := t.TempDir(), t.TempDir()
+	src, want := randomFile(t, srcDir, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var logs []*bytes.Buffer
+	for _, m := range []struct {
+		e   *netlab.Iface
+		dir string
+	}{{s, srcDir}, {d, dstDir}} {
+		cmd := m.e.NS.Command(ctx, bin, "serve", "--dev", m.e.Name, "--link", "xsk", "--dir", m.dir, "--psk-file", key)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, &out)
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	run := func(args ...string) (string, string, error) {
+		cmd := c.NS.Command(ctx, bin, append([]string{"copy", "--link", "xsk"}, args...)...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	name := filepath.Base(src)
+	from, to := s.IPv4.String()+":"+name, d.IPv4.String()+":copy.bin"
+
+	// Another key: refused in the hello, nothing stored.
+	bad := filepath.Join(tmp, "bad")
+	if _, err := cm.WritePSK(bad); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, err := run("--psk-file", bad, from, to); err == nil {
+		t.Fatalf("copy with another key succeeded: %s", out)
+	} else {
+		t.Logf("another key: %s", strings.TrimSpace(errOut))
+	}
+	if _, err := os.Stat(filepath.Join(dstDir, "copy.bin")); !os.IsNotExist(err) {
+		t.Fatalf("stored after a refused copy: %v", err)
+	}
+
+	rx0, tx0 := ifaceBytes(t, c)
+	out, errOut, err := run("--psk-file", key, "--json", from, to)
+	if err != nil {
+		t.Fatalf("copy: %v\n%s%s\nsource: %s\nsink: %s", err, out, errOut, logs[0], logs[1])
+	}
+	rx1, tx1 := ifaceBytes(t, c)
+	var res copyResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("copy --json printed %q: %v", out, err)
+	}
+	got, err := os.ReadFile(filepath.Join(dstDir, "copy.bin"))
+	if err != nil {
+		t.Fatalf("stored file: %v (sink: %s)", err, logs[1])
+	}
+	if h := sha256.Sum256(got); int64(len(got)) != size || !bytes.Equal(h[:], want) || res.Size != size {
+		t.Fatalf("stored %d bytes with SHA-256 %x, want %d bytes with %x", len(got), h, size, want)
+	}
+	through := (rx1 - rx0) + (tx1 - tx0)
+	t.Logf("%d MiB in %.3f s (%.1f MB/s), %d operations (%d retries); the controller's interface carried %d bytes (rx %d, tx %d): %.3f %% of the file",
+		size>>20, res.Seconds, float64(size)/res.Seconds/1e6, res.OOO.Delivered, res.OOO.Retries, through, rx1-rx0, tx1-tx0,
+		100*float64(through)/float64(size))
+	if float64(through) >= 0.01*float64(size) {
+		t.Errorf("the controller's interface carried %d bytes, ≥ 1 %% of %d", through, size)
+	}
+	if res.Op != "OOO third-party READ" || res.OOO.Delivered == 0 {
+		t.Errorf("copy result %+v", res)
+	}
+}
