@@ -34,8 +34,8 @@ renames the file into place; an existing NEWNAME is replaced only with
 --force on a sink run with --overwrite.
 
 HOST_S and HOST_T are an address or name, ADDR:PORT when the server's
-control port is not 18515, [IPv6] or [IPv6]:PORT. A number alone after
-HOST_T is its port (give HOST_T:PORT:NEWNAME for a numeric NEWNAME).
+control port is not 18515, [IPv6] or [IPv6]:PORT. A number right after the
+host is its port (give HOST:PORT:NAME for a numeric NAME).
 --dev defaults to the interface of the route to HOST_S.
 
 The result goes to stdout: the size, the SHA-256 the sink verified, the
@@ -71,18 +71,20 @@ func parseFileAddr(s string) (fileAddr, error) {
 		}
 		rest = strings.TrimPrefix(rest, ":")
 	} else {
-		if a, err := netip.ParseAddr(s); err == nil && a.Is6() || strings.Count(s, ":") > 2 {
+		f.ip, rest, _ = strings.Cut(s, ":")
+		// An unbracketed IPv6 address: the whole is one, or its first group
+		// is no host name (no dot) while more colons follow.
+		if a, err := netip.ParseAddr(s); err == nil && a.Is6() || strings.Count(s, ":") > 1 && !strings.Contains(f.ip, ".") {
 			return f, fmt.Errorf("%q: put an IPv6 address in brackets, [ADDR]:NAME", s)
 		}
-		f.ip, rest, _ = strings.Cut(s, ":")
 	}
 	if f.ip == "" {
 		return f, fmt.Errorf("%q: no host", s)
 	}
 	port := ""
-	if p, name, ok := strings.Cut(rest, ":"); ok {
+	if p, name, ok := strings.Cut(rest, ":"); ok && digits(p) {
 		port, f.name = p, name
-	} else if _, err := strconv.Atoi(rest); err == nil && rest != "" {
+	} else if digits(rest) {
 		port = rest
 	} else {
 		f.name = rest
@@ -98,6 +100,11 @@ func parseFileAddr(s string) (fileAddr, error) {
 		f.host = net.JoinHostPort(f.ip, port)
 	}
 	return f, nil
+}
+
+// digits reports whether s is a non-empty run of decimal digits.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 func setupCopy(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
