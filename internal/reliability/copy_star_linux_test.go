@@ -138,4 +138,37 @@ func TestPrivilegedCopyStar(t *testing.T) {
 	if res.Op != "OOO third-party READ" || res.OOO.Delivered == 0 {
 		t.Errorf("copy result %+v", res)
 	}
+	if *long {
+		relayFigure(t, ctx, bin, key, c, s, d, name, size, res.Seconds)
+	}
+}
+
+// relayFigure is the comparison for docs/status.md: the same file fetched
+// by the controller (`get`) then sent on (`send`), both through its
+// interface, against the copy's seconds.
+func relayFigure(t *testing.T, ctx context.Context, bin, key string, c, s, d *netlab.Iface, name string, size int64, copySec float64) {
+	t.Helper()
+	local := filepath.Join(t.TempDir(), "relay.bin")
+	rx0, tx0 := ifaceBytes(t, c)
+	var secs []float64
+	for _, args := range [][]string{
+		{"get", "--dev", c.Name, "--link", "xsk", "--psk-file", key, "--json", s.IPv4.String(), name, local},
+		{"send", "--dev", c.Name, "--link", "xsk", "--psk-file", key, "--json", "--name", "relay.bin", d.IPv4.String(), local},
+	} {
+		cmd := c.NS.Command(ctx, bin, args...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", args[0], err, out)
+		}
+		var r copyResult
+		if err := json.Unmarshal(out, &r); err != nil || r.Size != size {
+			t.Fatalf("%s --json printed %q: %v", args[0], out, err)
+		}
+		secs = append(secs, r.Seconds)
+	}
+	rx1, tx1 := ifaceBytes(t, c)
+	through := (rx1 - rx0) + (tx1 - tx0)
+	t.Logf("figure: copy %.3f s (%.1f MB/s); get %.3f s + send %.3f s = %.3f s (%.1f MB/s) with %d bytes (%.0f %% of the file) through the controller's interface",
+		copySec, float64(size)/copySec/1e6, secs[0], secs[1], secs[0]+secs[1], float64(size)/(secs[0]+secs[1])/1e6,
+		through, 100*float64(through)/float64(size))
 }
