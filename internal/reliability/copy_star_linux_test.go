@@ -53,8 +53,7 @@ type copyResult struct {
 // authenticating with a pre-shared key, over AF_XDP: byte-exact at the sink,
 // and the controller's interface carries less than 1 % of the file's bytes
 // both ways. A controller with another key is refused in the hello and
-// nothing is stored; an old sink (without the capability) is not reached:
-// both give one line.
+// nothing is stored. The same over IPv6 ([ADDR]:PORT:NAME forms).
 func TestPrivilegedCopyStar(t *testing.T) {
 	netlab.Privileged(t)
 	size := int64(16 << 20)
@@ -137,6 +136,14 @@ func TestPrivilegedCopyStar(t *testing.T) {
 	}
 	if res.Op != "OOO third-party READ" || res.OOO.Delivered == 0 {
 		t.Errorf("copy result %+v", res)
+	}
+	// IPv6, with the bracketed forms and the default port given.
+	from6 := "[" + s.IPv6.String() + "]:18515:" + name
+	if out, errOut, err := run("--psk-file", key, from6, "["+d.IPv6.String()+"]:copy6.bin"); err != nil {
+		t.Fatalf("copy over IPv6: %v\n%s%s", err, out, errOut)
+	}
+	if got6, err := os.ReadFile(filepath.Join(dstDir, "copy6.bin")); err != nil || !bytes.Equal(got6, got) {
+		t.Fatalf("IPv6 copy: %d bytes, %v", len(got6), err)
 	}
 	if *long {
 		relayFigure(t, ctx, bin, key, c, s, d, name, size, res.Seconds)

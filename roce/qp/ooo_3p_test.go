@@ -15,12 +15,11 @@ import (
 // queue pair: C is the controller they admit), S admitting T as a sink.
 // Keys, contexts and IOVAs are fixed: the golden captures hold them.
 type trio struct {
-	c, s, t          *end
-	ms, mt           *mr.MR
-	bufS, bufT       []byte
-	cc, cs, ct       []wire.Ctx
-	now              int64
-	sFrames, cFrames int
+	c, s, t    *end
+	ms, mt     *mr.MR
+	bufS, bufT []byte
+	cc, cs, ct []wire.Ctx
+	now        int64
 }
 
 func newTrio(tb testing.TB) *trio {
