@@ -256,3 +256,54 @@ func TestGoldenOOO3P(t *testing.T) {
 	sv.check(t, "veth-s")
 	tv.check(t, "veth-t")
 }
+
+// TestOOO3PNoAlloc: a third-party operation — C's request, S's stream, T's
+// placement and completion, C's delivered completion — allocates nothing
+// once the contexts have been used.
+func TestOOO3PNoAlloc(t *testing.T) {
+	r := newTrio(t)
+	wr := r.wr(0, 1, 0, 0, 4000)
+	wr.Flags = 0 // the delivered completion only
+	wcs := make([]WC, 8)
+	var pkt wire.Packet
+	give := func(e *end, frames [][]byte) {
+		for _, f := range frames {
+			if err := pkt.DecodeWith(f, wire.AcceptOOO); err != nil {
+				t.Fatal(err)
+			}
+			e.q.Receive(&pkt, r.now, e.out)
+		}
+	}
+	// take moves e's committed frames into buf (reused) and frees e's buffers.
+	take := func(e *end, buf [][]byte) [][]byte {
+		e.q.Progress(r.now, e.out)
+		return append(buf[:0], e.out.committed...)
+	}
+	reset := func(e *end) {
+		e.out.committed = e.out.committed[:0]
+		e.out.free = len(e.out.pool)
+	}
+	req, data, cpl := make([][]byte, 0, 8), make([][]byte, 0, 8), make([][]byte, 0, 8)
+	run := func() {
+		wr.TID++
+		if err := r.c.q.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		req = take(r.c, req)
+		give(r.s, req)
+		reset(r.c)
+		data = take(r.s, data)
+		give(r.t, data)
+		reset(r.s)
+		cpl = take(r.t, cpl)
+		give(r.c, cpl)
+		reset(r.t)
+		if n, _ := r.c.cq.Poll(wcs); n != 1 || wcs[0].Opcode != WCOOODelivered || wcs[0].TID != wr.TID {
+			t.Fatalf("C's completions %+v", wcs[:n])
+		}
+	}
+	run()
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		t.Errorf("%.1f allocations per third-party operation", n)
+	}
+}

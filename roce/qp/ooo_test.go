@@ -110,6 +110,7 @@ func FuzzOOOReceive(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{2, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 3, 0, 0x08, 1, 3, 0, 8, 0, 2, 2, 0, 1, 0, 0}, 4))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := newOOOPair(t)
+		must(t, p.b.q.AdmitSink(avOf(p.b, p.a), p.a.q.QPN()))
 		// The writable region sits in the middle of an arena; a read-only
 		// region beside it.
 		arena := make([]byte, 3<<12)
@@ -126,7 +127,7 @@ func FuzzOOOReceive(f *testing.F) {
 		for len(data) >= 16 {
 			r := data[:16]
 			data = data[16:]
-			op := []wire.Opcode{wire.OOOWrite, wire.OOOReadReq, wire.OOOCompletion, wire.OOO3PWrite}[r[0]%4]
+			op := []wire.Opcode{wire.OOOWrite, wire.OOOReadReq, wire.OOOCompletion, wire.OOO3PWrite, wire.OOO3PReadReq}[r[0]%5]
 			ctx := p.cb[r[1]%4]
 			if r[1]&0x80 != 0 {
 				ctx = wire.MakeCtx(uint32(r[1]&0x7F), r[2])
@@ -154,17 +155,21 @@ func FuzzOOOReceive(f *testing.F) {
 					q.Payload[i] = r[14] ^ byte(i)
 				}
 				q.RETH = wire.RETH{VA: va, RKey: key, DMALen: uint32(n)}
-				if op == wire.OOO3PWrite {
-					q.XTPController = wire.XTP{QPN: 0x11, Ctx: p.ca[0]}
+				if op == wire.OOO3PWrite { // from the connected controller, or not (r[15] bit 0)
+					q.XTPController = wire.XTP{GID: p.a.ip.As16(), QPN: p.a.q.QPN() ^ uint32(r[15]&1), Ctx: p.ca[0]}
 				}
 				for i := va; i < va+n; i++ {
 					if i >= 0x10000-4096 && i < 0x10000+8192 {
 						claimed[i-(0x10000-4096)] = true
 					}
 				}
-			case wire.OOOReadReq:
+			case wire.OOOReadReq, wire.OOO3PReadReq:
 				q.RETH = wire.RETH{VA: va, RKey: key, DMALen: total}
 				q.XRR = wire.XRR{VA: uint64(r[15]) << 8, RKey: keys[r[15]%4]}
+				if op == wire.OOO3PReadReq { // A is an admitted sink; r[14] picks another QPN
+					q.XTPTarget = wire.XTP{GID: p.a.ip.As16(), QPN: p.a.q.QPN() + uint32(r[14]%2), Ctx: p.ca[r[14]%4]}
+					q.XTPController = wire.XTP{GID: p.a.ip.As16(), QPN: p.a.q.QPN(), Ctx: p.ca[1]}
+				}
 			case wire.OOOCompletion:
 				q.XCS = wire.XCS{Status: r[15] % 2}
 			}
