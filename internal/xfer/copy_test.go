@@ -2,12 +2,14 @@ package xfer
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xdproce/xdproce/cm"
 	"github.com/xdproce/xdproce/link/udp"
@@ -97,5 +99,11 @@ func TestCopyRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dst.dir, "x")); !os.IsNotExist(err) {
 		t.Errorf("stored: %v", err)
+	}
+	// What `xdproce copy` does: require it in the hello, which fails with
+	// one line.
+	_, err = cm.Dial(t.Context(), src.addr, &cm.Config{Retry: time.Second, Require: []string{cm.CapOOO3P}})
+	if !errors.Is(err, cm.ErrCapability) || !strings.Contains(err.Error(), `the server lacks "ooo-3p"`) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("hello requiring %q: %v", cm.CapOOO3P, err)
 	}
 }
