@@ -22,7 +22,10 @@ it when there is one, else AF_XDP with the XDP steering program when
 privileged, else kernel UDP sockets; --link chooses) and accepts
 requests from other xdproce processes on a TCP control port (default 18515):
 files sent with 'xdproce send' land as DIR/NAME, and files asked for with
-'xdproce get' are read from DIR. It does not serve benchmarks: 'xdproce
+'xdproce get' are read from DIR. 'xdproce copy' on a third machine uses two
+servers: the source registers the file and streams it straight to the sink
+by third-party RDMA, acting only for that client's queue pair (docs/ooo.md).
+It does not serve benchmarks: 'xdproce
 bench' and 'xdproce pingpong' run against a server of their own (run the
 same command without HOST on the other machine), and a bench or pingpong
 client that reaches serve is told so.
