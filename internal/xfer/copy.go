@@ -15,14 +15,17 @@ import (
 // protocol): its bytes never pass through here, only the requests and the
 // completions.
 
-// Tuning of Copy: operations of copyOp bytes, one per context pair in
-// flight, copySlots pairs at most (4 MiB in flight: 8 MiB overflowed the
+// Tuning of Copy: operations of copyOp bytes at most (smaller after
+// timeouts: copier), one per context pair in flight, copySlots pairs at most (4 MiB in flight: 8 MiB overflowed the
 // AF_XDP rings of a veth lab, ~5 % of the operations retried); an operation whose completion has not come within its timeout
-// (copyTimeout, doubled at every reissue, at most copyMaxTimeout) is
+// (RFC 6298's srtt + 4 × rttvar of the time from post to completion,
+// copyFirstRTO before the first, at least copyTimeout; doubled at every
+// reissue, at most copyMaxTimeout) is
 // reissued with a larger tid, copyMaxTries times at most.
 const (
 	copyOp         = 256 << 10
-	copyTimeout    = 500 * time.Millisecond
+	copyTimeout    = 20 * time.Millisecond  // the least
+	copyFirstRTO   = 200 * time.Millisecond // before any round trip was measured
 	copyMaxTimeout = 4 * time.Second
 	copyMaxTries   = 12
 	copySlots      = 16
@@ -112,6 +115,7 @@ func Copy(ctx context.Context, dev *roce.Device, src, dst *cm.Conn, name, newNam
 		return res, err
 	}
 	res.finish(start)
+	res.OOO.OpPackets = int(cp.opSize) / max(res.PathMTU, 1)
 	q.oooCounters(&res)
 	// The sink checks and stores; the source lets go.
 	if err := ct.send(&message{Type: msgEnd, Size: accS.Size, SHA256: accS.SHA256}); err != nil {
@@ -143,7 +147,19 @@ type copier struct {
 	slots    []copySlot
 	next     uint64 // the next byte not yet handed to an operation
 	done     uint64
+	// Sizing: operations of opSize bytes (copyOp at first, at least one
+	// packet, minOp); halved when an operation of that size (or smaller)
+	// times out, doubled after a run of deliveries (twice the slots) with
+	// no timeout; the part of a timed-out
+	// operation beyond the new size goes to pending, handed out first.
+	opSize, minOp uint64
+	streak        int
+	srtt, rttvar  time.Duration // post-to-completion time of first tries (RFC 6298)
+	pending       []copySpan
 }
+
+// copySpan is a range of the file not yet delivered.
+type copySpan struct{ off, n uint64 }
 
 // copySlot is the operation in flight on one context pair.
 type copySlot struct {
@@ -152,6 +168,7 @@ type copySlot struct {
 	tid      uint32
 	tries    int
 	deadline time.Time
+	posted   time.Time
 	busy     bool
 }
 
@@ -166,7 +183,12 @@ func (c *copier) post(i int) error {
 		c.res.Retries++
 	}
 	c.res.Attempts++
-	s.deadline = time.Now().Add(min(copyTimeout<<(s.tries-1), copyMaxTimeout))
+	s.posted = time.Now()
+	rto := copyFirstRTO
+	if c.srtt > 0 {
+		rto = max(copyTimeout, c.srtt+4*c.rttvar)
+	}
+	s.deadline = s.posted.Add(min(rto<<(s.tries-1), copyMaxTimeout))
 	return c.q.qp.PostSend(roce.SendWR{ID: uint64(i)<<32 | uint64(s.tid), Opcode: roce.WROOO3PRead,
 		RemoteAddr: c.src.Addr + s.off, RKey: c.src.RKey, Ctx: c.mine[i], RemoteCtx: roce.Ctx(c.src.Ctxs[i]),
 		TID: s.tid, Notify: roce.NotifyInitiator,
@@ -177,23 +199,36 @@ func (c *copier) post(i int) error {
 // run keeps every context pair busy until each byte is delivered.
 func (c *copier) run(ctx context.Context) error {
 	c.slots = make([]copySlot, len(c.mine))
+	c.opSize, c.minOp = copyOp, uint64(c.q.pmtu.Bytes())
 	wcs := make([]roce.WC, 64)
 	for {
 		for i := range c.slots {
 			s := &c.slots[i]
-			if !s.busy && c.next < c.size {
-				s.off, s.n, s.tries, s.busy = c.next, uint32(min(copyOp, c.size-c.next)), 0, true
-				c.next += uint64(s.n)
-				if err := c.post(i); err != nil {
-					return err
+			if !s.busy {
+				if sp, ok := c.take(); ok {
+					s.off, s.n, s.tries, s.busy = sp.off, uint32(sp.n), 0, true
+					if err := c.post(i); err != nil {
+						return err
+					}
 				}
-			} else if s.busy && time.Now().After(s.deadline) {
+			} else if time.Now().After(s.deadline) {
+				// Reissued smaller: an operation arrives only if all its
+				// packets do. One halving per size: operations issued
+				// before it are split, not counted again.
+				if uint64(s.n) <= c.opSize {
+					c.opSize = max(c.opSize/2, c.minOp)
+				}
+				c.streak = 0
+				if uint64(s.n) > c.opSize {
+					c.pending = append(c.pending, copySpan{s.off + c.opSize, uint64(s.n) - c.opSize})
+					s.n = uint32(c.opSize)
+				}
 				if err := c.post(i); err != nil {
 					return err
 				}
 			}
 		}
-		if c.done == c.size && c.next == c.size {
+		if c.done == c.size {
 			return nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -213,6 +248,26 @@ func (c *copier) run(ctx context.Context) error {
 	}
 }
 
+// take returns the next range for an operation, of opSize bytes at most:
+// from pending first, then the file's next bytes.
+func (c *copier) take() (copySpan, bool) {
+	if k := len(c.pending); k > 0 {
+		sp := c.pending[k-1]
+		c.pending = c.pending[:k-1]
+		if sp.n > c.opSize {
+			c.pending = append(c.pending, copySpan{sp.off + c.opSize, sp.n - c.opSize})
+			sp.n = c.opSize
+		}
+		return sp, true
+	}
+	if c.next == c.size {
+		return copySpan{}, false
+	}
+	sp := copySpan{c.next, min(c.opSize, c.size-c.next)}
+	c.next += sp.n
+	return sp, true
+}
+
 // complete takes one completion: a local one (the request went out) or
 // the sink's, which frees its slot.
 func (c *copier) complete(wc *roce.WC) error {
@@ -229,10 +284,29 @@ func (c *copier) complete(wc *roce.WC) error {
 	}
 	s := &c.slots[i]
 	s.busy = false
+	if s.tries == 1 { // Karn: a reissue's time is ambiguous
+		rtt := time.Since(s.posted)
+		if c.srtt == 0 {
+			c.srtt, c.rttvar = rtt, rtt/2
+		} else {
+			c.rttvar += (abs(c.srtt-rtt) - c.rttvar) / 4
+			c.srtt += (rtt - c.srtt) / 8
+		}
+	}
 	c.done += uint64(s.n)
 	c.res.Delivered++
+	if c.streak++; c.streak >= 2*len(c.slots) && c.opSize < copyOp {
+		c.opSize, c.streak = min(2*c.opSize, copyOp), 0
+	}
 	if c.progress != nil {
 		c.progress(int64(c.done), int64(c.size))
 	}
 	return nil
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
