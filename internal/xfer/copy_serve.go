@@ -122,15 +122,8 @@ func (s *Server) serveCopySink(c *ctrl, req *message) (res Result, err error) {
 	start := time.Now()
 	defer q.oooCounters(&res)
 	var m message
-	if err := c.recv(&m); err != nil {
+	if err := c.expect(&m, msgEnd); err != nil {
 		return res, err
-	}
-	switch m.Type {
-	case msgError:
-		return res, &RemoteError{Msg: m.Error}
-	case msgEnd:
-	default:
-		return res, refuse(c, fmt.Errorf("unexpected %q during a third-party copy", m.Type))
 	}
 	data := q.buf[:req.Size]
 	sum := sha256.Sum256(data)
