@@ -177,3 +177,11 @@ func setupCopy(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		return printResult(env, *jsonOut, "copied", args[0]+" → "+dst.host, res)
 	}
 }
+
+// printCopy is the second result line of a copy.
+func printCopy(env *Env, res *xfer.Result) error {
+	o := res.OOO
+	_, err := fmt.Fprintf(env.Stdout, "third party: the bytes went from the source to the sink (links %s), not through this side; %d operations delivered, %d reissued, %d stale completions (operations of %d packets at the end)\n",
+		res.Peer, o.Delivered, o.Retries, o.StaleCompletions, o.OpPackets)
+	return err
+}

@@ -302,7 +302,9 @@ func printResult(env *Env, asJSON bool, verb, path string, res xfer.Result) erro
 	if err == nil && res.Enlarge != nil {
 		err = printEnlarge(env, res.Enlarge)
 	}
-	if err == nil && res.OOO != nil {
+	if err == nil && res.OOO != nil && res.Op == xfer.OpOOO3P {
+		err = printCopy(env, &res)
+	} else if err == nil && res.OOO != nil {
 		err = printOOO(env, res.OOO)
 	}
 	return err

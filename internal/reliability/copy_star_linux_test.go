@@ -176,6 +176,8 @@ func TestPrivilegedCopyStar(t *testing.T) {
 	from6 := "[" + s.IPv6.String() + "]:18515:" + name
 	if out, errOut, err := run("--psk-file", l.key, from6, "["+d.IPv6.String()+"]:copy6.bin"); err != nil {
 		t.Fatalf("copy over IPv6: %v\n%s%s", err, out, errOut)
+	} else if !strings.Contains(out, "sha256 "+res.SHA256+" verified") || !strings.Contains(out, "not through this side") {
+		t.Errorf("copy printed %q", out)
 	}
 	if got6, err := os.ReadFile(filepath.Join(dstDir, "copy6.bin")); err != nil || !bytes.Equal(got6, got) {
 		t.Fatalf("IPv6 copy: %d bytes, %v", len(got6), err)
