@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -48,5 +49,19 @@ func TestCopyUsage(t *testing.T) {
 		if ExitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v (exit %d), want a usage error with %q", c.args, err, ExitCode(err), c.want)
 		}
+	}
+}
+
+// TestRouteDev: copy's default --dev is the interface of the route to the
+// source (read only: a route lookup, nothing opened).
+func TestRouteDev(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("route lookups are Linux only")
+	}
+	if dev, err := routeDev(t.Context(), "127.0.0.1"); err != nil || dev != "lo" {
+		t.Fatalf("route to 127.0.0.1: %q, %v", dev, err)
+	}
+	if _, err := routeDev(t.Context(), "no-such-host.invalid"); err == nil {
+		t.Fatal("an unresolvable host has a route")
 	}
 }
