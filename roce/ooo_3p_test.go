@@ -62,7 +62,7 @@ func TestOOO3PSource(t *testing.T) {
 	}
 	// Another sink QPN, then the admitted one revoked.
 	s.qp.RevokeSink(roce.GIDFromIP(addrA), sinkQPN)
-	s.inject([][]byte{req(3, sinkQPN + 1), req(4, sinkQPN)})
+	s.inject([][]byte{req(3, sinkQPN+1), req(4, sinkQPN)})
 	if ps := s.replies(); len(ps) != 0 || s.qp.Stats().OOO.ThirdPartyRefused != 3 {
 		t.Fatalf("unadmitted and revoked: %d frames, refused %d", len(ps), s.qp.Stats().OOO.ThirdPartyRefused)
 	}
