@@ -2,6 +2,7 @@ package xfer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/netip"
 	"os"
@@ -106,4 +107,38 @@ func TestCopyRefused(t *testing.T) {
 	if !errors.Is(err, cm.ErrCapability) || !strings.Contains(err.Error(), `the server lacks "ooo-3p"`) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("hello requiring %q: %v", cm.CapOOO3P, err)
 	}
+}
+
+// TestCopyCancelled: a controller that gives up mid-copy leaves nothing at
+// the sink (no file, no temporary file), and both servers end the request.
+func TestCopyCancelled(t *testing.T) {
+	c, src, dst := copyRig(t)
+	data := randomBytes(8<<20, 9)
+	if err := os.WriteFile(filepath.Join(src.dir, "big"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	o := &Options{Progress: func(done, total int64) {
+		if done > 0 {
+			cancel()
+		}
+	}}
+	if _, err := Copy(ctx, c, src.dial(t), dst.dial(t), "big", "big", o); err == nil {
+		t.Fatal("a cancelled copy succeeded")
+	}
+	for _, r := range []*rig{src, dst} {
+		select {
+		case err := <-r.srvErr:
+			if err == nil {
+				t.Error("a server finished a cancelled copy without an error")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a server still serves the cancelled copy")
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dst.dir, "big")); !os.IsNotExist(err) {
+		t.Errorf("stored: %v", err)
+	}
+	assertNoTemp(t, dst.dir)
 }
