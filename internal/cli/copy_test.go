@@ -53,15 +53,15 @@ func TestCopyUsage(t *testing.T) {
 }
 
 // TestRouteDev: copy's default --dev is the interface of the route to the
-// source (read only: a route lookup, nothing opened).
+// source (gateway's routeDev: a UDP socket's local address, nothing sent).
 func TestRouteDev(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("route lookups are Linux only")
+		t.Skip("the loopback interface is named lo on Linux")
 	}
-	if dev, err := routeDev(t.Context(), "127.0.0.1"); err != nil || dev != "lo" {
+	if dev, err := routeDev("127.0.0.1"); err != nil || dev != "lo" {
 		t.Fatalf("route to 127.0.0.1: %q, %v", dev, err)
 	}
-	if _, err := routeDev(t.Context(), "no-such-host.invalid"); err == nil {
+	if _, err := routeDev("no-such-host.invalid"); err == nil {
 		t.Fatal("an unresolvable host has a route")
 	}
 }
