@@ -43,10 +43,13 @@ const (
 	// CapOOO3P: third-party copy (docs/ooo.md, Third party): serve's copy_source and
 	// copy_sink, which make an OOO queue pair acting for the client's queue pair (xdproce copy).
 	CapOOO3P = "ooo-3p"
+	// CapLMRM: RC file transfers (send, get) on an lmrm pool: one LMRM_ALLOC, then a WRITE
+	// WITH IMMEDIATE per slot, no control message per slot (serve's put_lmrm and get_lmrm).
+	CapLMRM = "lmrm"
 )
 
 // Capabilities lists what this side offers in its hello.
-var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P}
+var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P, CapLMRM}
 
 // How a server authenticates its clients, as its hello says.
 const (

@@ -1,6 +1,7 @@
 package lmrm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -123,11 +124,21 @@ func (c *ctl) send(m *Msg) error {
 	return nil
 }
 
-// poll reaps the completion queue, freeing send buffers itself and handing
+// reap polls the completion queue, freeing send buffers itself and handing
 // every other completion to fn; a receive's buffer is reposted after fn.
-func (c *ctl) poll(fn func(wc *roce.WC, recv []byte) error) error {
+//
+// With ctx not nil it first waits for a completion, and returns ctx's error,
+// having handled nothing, when ctx ends first.
+func (c *ctl) reap(ctx context.Context, fn func(wc *roce.WC, recv []byte) error) error {
 	for {
-		n, err := c.cq.Poll(c.wcs[:])
+		var n int
+		var err error
+		if ctx != nil {
+			n, err = c.cq.Wait(ctx, c.wcs[:])
+			ctx = nil
+		} else {
+			n, err = c.cq.Poll(c.wcs[:])
+		}
 		if err != nil {
 			return err
 		}

@@ -73,6 +73,7 @@ func (r *Requester) Stats() Stats {
 	defer r.mu.Unlock()
 	st := r.stats
 	st.Pools = len(r.pools)
+	st.Writing = r.writes
 	for _, p := range r.pools {
 		if !p.revoked {
 			st.Free += p.n

@@ -1,6 +1,7 @@
 package lmrm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -113,13 +114,24 @@ func newProvider(q cQP, pd cPD, cq *roce.CQ, cfg *ProviderConfig, deliver Delive
 // sends an LMRM_RELEASE whenever a pool's batch of consumed slots is full.
 // A write into an unknown slot or one delivered and not yet released, or a
 // malformed message, fails the provider with ErrProtocol. Failures are sticky.
-func (p *Provider) Progress() error {
+func (p *Provider) Progress() error { return p.progress(nil) }
+
+// Wait is Progress that first blocks until a completion is there. When ctx
+// ends first it returns ctx's error (wrapped), which does not fail the
+// provider. It holds the provider while it blocks: call it from the
+// goroutine that drives the provider.
+func (p *Provider) Wait(ctx context.Context) error { return p.progress(ctx) }
+
+func (p *Provider) progress(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.c.err != nil {
 		return fmt.Errorf("lmrm: progress: %w", p.c.err)
 	}
-	err := p.c.poll(p.complete)
+	err := p.c.reap(ctx, p.complete)
+	if err != nil && ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("lmrm: wait: %w", err)
+	}
 	if err == nil {
 		err = p.releaseDue()
 	}

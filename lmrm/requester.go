@@ -1,6 +1,8 @@
 package lmrm
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -74,6 +76,7 @@ type Stats struct {
 	Free       int // slots of live pools free to reserve
 	Reserved   int // reserved, not yet written
 	InFlight   int // written, not yet released by the provider
+	Writing    int // writes posted whose completion has not come
 	AllocsSent int
 	Releases   int // LMRM_RELEASE messages received
 	Writes     uint64
@@ -212,6 +215,20 @@ func (r *Requester) slotOf(s Slot, want uint8) (*pool, error) {
 	return p, nil
 }
 
+// Staging returns the local buffer a reserved slot is written from (its
+// slot size long). Filling it and passing a prefix of it to Write spares
+// Write's copy.
+func (r *Requester) Staging(s Slot) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, err := r.slotOf(s, slotReserved)
+	if err != nil {
+		return nil, fmt.Errorf("lmrm: staging: %w", err)
+	}
+	off := uint64(s.Index) * uint64(p.slotSize)
+	return p.staging.Bytes()[off : off+uint64(p.slotSize)], nil
+}
+
 // Write copies data into s's staging buffer and RDMA-writes it, with the
 // immediate naming pool and slot, into the provider's slot. s must be a
 // reserved slot; it stays in flight until the provider releases it. With
@@ -233,7 +250,9 @@ func (r *Requester) Write(s Slot, data []byte) error {
 		return fmt.Errorf("lmrm: write: %w", ErrBusy)
 	}
 	off := uint64(s.Index) * uint64(p.slotSize)
-	copy(p.staging.Bytes()[off:], data)
+	if dst := p.staging.Bytes()[off:]; len(data) > 0 && &dst[0] != &data[0] {
+		copy(dst, data)
+	}
 	r.wsge[0] = roce.SGE{Addr: p.staging.Addr() + off, Length: uint32(len(data)), LKey: p.staging.LKey()}
 	sgl := r.wsge[:]
 	if len(data) == 0 {
@@ -258,13 +277,24 @@ func (r *Requester) Write(s Slot, data []byte) error {
 // (remote access error: the pool was deregistered, or its rkey was wrong)
 // fails the requester with ErrRevoked; a malformed or hostile message fails
 // it with ErrProtocol. Failures are sticky.
-func (r *Requester) Progress() error {
+func (r *Requester) Progress() error { return r.progress(nil) }
+
+// Wait is Progress that first blocks until a completion is there. When ctx
+// ends first it returns ctx's error (wrapped), which does not fail the
+// requester. It holds the requester while it blocks: call it from the
+// goroutine that drives the requester.
+func (r *Requester) Wait(ctx context.Context) error { return r.progress(ctx) }
+
+func (r *Requester) progress(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.c.err != nil {
 		return fmt.Errorf("lmrm: progress: %w", r.c.err)
 	}
-	if err := r.c.poll(r.complete); err != nil {
+	if err := r.c.reap(ctx, r.complete); err != nil {
+		if ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return fmt.Errorf("lmrm: wait: %w", err)
+		}
 		r.c.err = err
 		return fmt.Errorf("lmrm: progress: %w", err)
 	}

@@ -96,6 +96,10 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	if o.Enlarge != nil {
 		return sendEnlarge(ctx, cancel, c, dev, r, size, name, &o)
 	}
+	if conn.PeerHas(cm.CapLMRM) {
+		return sendLMRM(ctx, cancel, c, dev, r, size, name, &o)
+	}
+	slotNotice(&o)
 
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
 	q, err := newQPConn(dev, roce.RC, slotSize, slots, roce.LocalWrite, conn.LocalAddr())
@@ -104,19 +108,15 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	}
 	defer q.close()
 	req := &message{Type: msgPut, Version: ProtocolVersion, Name: name, Size: size, Force: o.Force, SlotSize: slotSize, Slots: slots}
-	q.endpoint(req)
-	if err := c.send(req); err != nil {
+	acc, err := q.ask(c, req)
+	if err != nil {
 		return res, err
-	}
-	var acc message
-	if err := c.expect(&acc, msgAccept); err != nil {
-		return res, ctxErr(ctx, err)
 	}
 	if acc.SlotSize <= 0 || acc.Slots <= 0 || acc.SlotSize > slotSize || acc.Slots > slots {
 		return res, fmt.Errorf("server offered %d slots of %d bytes (asked for %d of %d)", acc.Slots, acc.SlotSize, slots, slotSize)
 	}
 	q.slotSize, q.slots = acc.SlotSize, acc.Slots
-	if err := q.connect(&acc, o.Connect); err != nil {
+	if err := q.connect(acc, o.Connect); err != nil {
 		return res, err
 	}
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA WRITE",

@@ -47,31 +47,39 @@ func Get(ctx context.Context, dev *roce.Device, conn *cm.Conn, name, dst string,
 	return getRC(ctx, c, dev, name, nil, tmp, &o)
 }
 
-// getRC fetches name (or the span of it sp asks for) by RDMA READ into dst.
-func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst contentDst, o *Options) (res Result, err error) {
+// getRC fetches name (or the span of it sp asks for) into dst: written
+// into this side's lmrm pool by a server that offers cm.CapLMRM (lmrm_get.go),
+// else by RDMA READ (getSlots).
+func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst contentDst, o *Options) (Result, error) {
+	if c.c.PeerHas(cm.CapLMRM) {
+		return getLMRM(ctx, c, dev, name, sp, dst, o)
+	}
+	slotNotice(o)
+	return getSlots(ctx, c, dev, name, sp, dst, o)
+}
+
+// getSlots is getRC by the slot protocol: RDMA READ from the server's
+// staging buffer, a data and a free message per slot.
+func getSlots(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst contentDst, o *Options) (res Result, err error) {
 	q, err := newQPConn(dev, roce.RC, o.SlotSize, o.Slots, roce.LocalWrite, c.c.LocalAddr())
 	if err != nil {
 		return res, err
 	}
 	defer q.close()
 	req := &message{Type: msgGet, Version: ProtocolVersion, Name: name, SlotSize: q.slotSize, Slots: q.slots, Span: sp}
-	q.endpoint(req)
-	if err := c.send(req); err != nil {
+	acc, err := q.ask(c, req)
+	if err != nil {
 		return res, err
-	}
-	var acc message
-	if err := c.expect(&acc, msgAccept); err != nil {
-		return res, ctxErr(ctx, err)
 	}
 	if acc.SlotSize <= 0 || acc.Slots <= 0 || acc.SlotSize > q.slotSize || acc.Slots > q.slots || acc.Size < 0 {
 		return res, fmt.Errorf("server offered %d slots of %d bytes for %d bytes (asked for %d of %d)",
 			acc.Slots, acc.SlotSize, acc.Size, q.slots, q.slotSize)
 	}
 	q.slotSize, q.slots = acc.SlotSize, acc.Slots
-	if err := dst.begin(sp, &acc); err != nil {
+	if err := dst.begin(sp, acc); err != nil {
 		return res, err
 	}
-	if err := q.connect(&acc, o.Connect); err != nil {
+	if err := q.connect(acc, o.Connect); err != nil {
 		return res, err
 	}
 	size := acc.Size
@@ -127,15 +135,7 @@ func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span
 					return res, err
 				}
 			}
-			if done != size || m.Size != size {
-				return res, fmt.Errorf("server ended after %d of %d bytes", done, size)
-			}
-			res.SHA256 = hex.EncodeToString(h.Sum(nil))
-			if m.SHA256 != res.SHA256 {
-				c.send(&message{Type: msgError, Error: "checksum mismatch"})
-				return res, fmt.Errorf("checksum mismatch: received sha256 %s, server sent %s", res.SHA256, m.SHA256)
-			}
-			break
+			return res, acceptGet(c, dst, &m, h, done, size, start, &res)
 		}
 		if m.Type != msgData {
 			return res, fmt.Errorf("control connection: unexpected %q during the transfer", m.Type)
@@ -163,12 +163,26 @@ func getRC(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span
 			}
 		}
 	}
+}
+
+// acceptGet answers the server's end message m once done bytes (hashed in
+// h) are in: when the sizes and the SHA-256 agree it commits dst and tells
+// the server ok; else it says why not.
+func acceptGet(c *ctrl, dst contentDst, m *message, h hash.Hash, done, size int64, start time.Time, res *Result) error {
+	if done != size || m.Size != size {
+		return fmt.Errorf("server ended after %d of %d bytes", done, size)
+	}
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if m.SHA256 != res.SHA256 {
+		c.send(&message{Type: msgError, Error: "checksum mismatch"})
+		return fmt.Errorf("checksum mismatch: received sha256 %s, server sent %s", res.SHA256, m.SHA256)
+	}
 	if err := dst.commit(true); err != nil {
-		return res, err
+		return err
 	}
 	c.send(&message{Type: msgOK, SHA256: res.SHA256})
 	res.finish(start)
-	return res, nil
+	return nil
 }
 
 // appendSlot hashes b and writes it at off (a file's errors name it).

@@ -171,6 +171,20 @@ func (q *qpConn) endpoint(m *message) {
 	m.Link = q.dev.LinkName()
 }
 
+// ask fills req with this side's queue pair, sends it and returns the
+// peer's accept (an error message from the peer becomes an error).
+func (q *qpConn) ask(c *ctrl, req *message) (*message, error) {
+	q.endpoint(req)
+	if err := c.send(req); err != nil {
+		return nil, err
+	}
+	acc := new(message)
+	if err := c.expect(acc, msgAccept); err != nil {
+		return nil, ctxErr(c.ctx, err)
+	}
+	return acc, nil
+}
+
 // connect moves the queue pair to RTS towards the peer described by m.
 func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
 	gid, err := netip.ParseAddr(m.GID)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"os"
@@ -121,7 +122,11 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 	)
 	switch req.Type {
 	case msgPut:
+		s.slotNotice(conn)
 		res, err = s.servePut(ctx, cancel, c, &req, roce.RC)
+	case msgPutLMRM:
+		op = msgPut
+		res, err = s.servePutLMRM(ctx, c, &req)
 	case msgPutOOO:
 		op = msgPut
 		res, err = s.servePut(ctx, cancel, c, &req, roce.OOO)
@@ -129,7 +134,11 @@ func (s *Server) ServeConn(ctx context.Context, conn *cm.Conn) error {
 		op = msgPut
 		res, err = s.servePutEnlarge(ctx, cancel, c, &req)
 	case msgGet:
+		s.slotNotice(conn)
 		res, err = s.serveGet(ctx, cancel, c, &req, roce.RC)
+	case msgGetLMRM:
+		op = msgGet
+		res, err = s.serveGetLMRM(ctx, cancel, c, &req)
 	case msgGetOOO:
 		op = msgGet
 		res, err = s.serveGet(ctx, cancel, c, &req, roce.OOO)
@@ -227,22 +236,29 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 				return res, err
 			}
 		case msgEnd:
-			res.SHA256 = hex.EncodeToString(h.Sum(nil))
-			if next != req.Size || m.Size != req.Size {
-				return res, refuse(c, fmt.Errorf("end after %d of %d bytes", next, req.Size))
-			}
-			if m.SHA256 != res.SHA256 {
-				return res, refuse(c, fmt.Errorf("checksum mismatch: received sha256 %s, client sent %s", res.SHA256, m.SHA256))
-			}
-			if err := tmp.commit(s.overwrite(req)); err != nil {
-				return res, refuse(c, err)
-			}
-			res.finish(start)
-			return res, c.send(&message{Type: msgOK, SHA256: res.SHA256})
+			return res, s.verdict(c, tmp, req, &m, h, next, start, &res)
 		default:
 			return res, refuse(c, fmt.Errorf("unexpected %q during the transfer", m.Type))
 		}
 	}
+}
+
+// verdict answers a put's end message m once next bytes (hashed in h) are
+// in: the file is renamed into place and the client told ok when the sizes
+// and the SHA-256 agree, else the client is told why not.
+func (s *Server) verdict(c *ctrl, tmp *tempFile, req, m *message, h hash.Hash, next int64, start time.Time, res *Result) error {
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if next != req.Size || m.Size != req.Size {
+		return refuse(c, fmt.Errorf("end after %d of %d bytes", next, req.Size))
+	}
+	if m.SHA256 != res.SHA256 {
+		return refuse(c, fmt.Errorf("checksum mismatch: received sha256 %s, client sent %s", res.SHA256, m.SHA256))
+	}
+	if err := tmp.commit(s.overwrite(req)); err != nil {
+		return refuse(c, err)
+	}
+	res.finish(start)
+	return c.send(&message{Type: msgOK, SHA256: res.SHA256})
 }
 
 // openGet opens the file a get request names (refusing the request when it
@@ -349,18 +365,24 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 		}
 		off += int64(n)
 	}
+	return res, endGet(ctx, c, req.Name, size, h, final, start, &res)
+}
+
+// endGet ends a get once the content (hashed in h) is sent: it sends the
+// end message with the SHA-256 and waits for the client's verdict.
+func endGet(ctx context.Context, c *ctrl, name string, size int64, h hash.Hash, final <-chan message, start time.Time, res *Result) error {
 	res.SHA256 = hex.EncodeToString(h.Sum(nil))
 	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
-		return res, err
+		return err
 	}
 	select {
 	case m := <-final:
 		if m.Type == msgError {
-			return res, &RemoteError{Msg: m.Error}
+			return remoteError(&m)
 		}
 	case <-ctx.Done():
-		return res, fmt.Errorf("send %s: %w", req.Name, context.Cause(ctx))
+		return fmt.Errorf("send %s: %w", name, context.Cause(ctx))
 	}
 	res.finish(start)
-	return res, nil
+	return nil
 }

@@ -1,0 +1,225 @@
+package xfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"time"
+
+	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/lmrm"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// RC transfers on an lmrm pool (cm.CapLMRM). The side that has the content
+// is the pool's requester, the side that stores it its provider: for put the
+// client writes into the server's pool, for get the server writes into the
+// client's. The control connection carries the request and the accept (the
+// queue pairs, and the server's limits SlotSize × Slots), for get_lmrm the
+// client's ready, then only the end message and the verdict: the LMRM_ALLOC,
+// its answer, the data (one WRITE WITH IMMEDIATE per slot, the immediate
+// naming pool and slot) and the batched LMRM_RELEASEs go on the queue pair.
+// The data arrives in the order it was written (RC), so the receiver appends
+// each slot at its running offset.
+const (
+	msgPutLMRM = "put_lmrm" // client → server: store NAME, written into the server's pool
+	msgGetLMRM = "get_lmrm" // client → server: send NAME, written into the client's pool
+)
+
+// OpLMRM is Result.Op of a transfer on an lmrm pool.
+const OpLMRM = "RDMA WRITE WITH IMMEDIATE (lmrm)"
+
+// endDataWait bounds how long a receiver waits, once the end message is in,
+// for the data the sender has already seen acknowledged.
+const endDataWait = 10 * time.Second
+
+// newLMRMRequester makes an RC queue pair sized for a requester with depth
+// writes in flight, and (once connected by the caller) the requester.
+func newLMRMRequesterQP(dev *roce.Device, depth int, local net.Addr) (*qpConn, *lmrm.Config, error) {
+	cfg := &lmrm.Config{Depth: depth}
+	send, recv, cq := cfg.QueueDepths()
+	q, err := newBareQP(dev, roce.RC, cq, send, recv, local)
+	return q, cfg, err
+}
+
+// newLMRMProviderQP makes an RC queue pair sized for a provider granting at
+// most maxBytes.
+func newLMRMProviderQP(dev *roce.Device, maxBytes int, local net.Addr) (*qpConn, *lmrm.ProviderConfig, error) {
+	cfg := &lmrm.ProviderConfig{MaxBytes: uint64(maxBytes)}
+	send, recv, cq := cfg.QueueDepths()
+	q, err := newBareQP(dev, roce.RC, cq, send, recv, local)
+	return q, cfg, err
+}
+
+// lmrmWrite asks the provider for slots × slotSize bytes (one LMRM_ALLOC)
+// and writes size bytes read from r into the pool, one WRITE WITH IMMEDIATE
+// per slot, adding them to h. It waits in the requester when every slot is
+// in flight, and returns once every write has completed (been acknowledged).
+func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r io.Reader, size int64, h hash.Hash, progress func(done, total int64)) error {
+	if err := lr.Alloc(uint64(slotSize)*uint64(slots), uint32(slotSize)); err != nil {
+		return err
+	}
+	for lr.Stats().Pools == 0 {
+		if err := lr.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	var off int64
+	for off < size {
+		s, err := lr.Reserve()
+		if errors.Is(err, lmrm.ErrExhausted) {
+			if err := lr.Wait(ctx); err != nil {
+				return err
+			}
+			continue
+		} else if err != nil {
+			return err
+		}
+		buf, err := lr.Staging(s)
+		if err != nil {
+			return err
+		}
+		buf = buf[:min(int64(len(buf)), size-off)]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return &readError{off: off, err: err}
+		}
+		h.Write(buf)
+		for {
+			if err = lr.Write(s, buf); !errors.Is(err, lmrm.ErrBusy) {
+				break
+			}
+			if err = lr.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return err
+		}
+		off += int64(len(buf))
+		if progress != nil {
+			progress(off, size)
+		}
+		// Take the releases that came meanwhile, without waiting.
+		if err := lr.Progress(); err != nil {
+			return err
+		}
+	}
+	for lr.Stats().Writing > 0 {
+		if err := lr.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A readError is a failure to read the content being sent.
+type readError struct {
+	off int64
+	err error
+}
+
+func (e *readError) Error() string { return fmt.Sprintf("at %d: %v", e.off, e.err) }
+func (e *readError) Unwrap() error { return e.err }
+
+// A sink appends what a provider delivers to a file, in order, and hashes
+// it. The first failure stops it (err); later deliveries are dropped.
+type sink struct {
+	w        io.WriterAt
+	h        hash.Hash
+	size     int64 // what the sender announced
+	next     int64 // the bytes appended
+	err      error
+	progress func(done, total int64)
+}
+
+func (k *sink) deliver(_ uint8, _ uint32, b []byte) {
+	if k.err != nil {
+		return
+	}
+	if k.next+int64(len(b)) > k.size {
+		k.err = fmt.Errorf("%d bytes written after %d of %d", len(b), k.next, k.size)
+		return
+	}
+	if k.err = appendSlot(k.w, k.h, b, k.next); k.err != nil {
+		return
+	}
+	k.next += int64(len(b))
+	if k.progress != nil {
+		k.progress(k.next, k.size)
+	}
+}
+
+// lmrmReceive drives p until the sender's end message arrives on c, then
+// until the data that message announces is in. It returns the end message.
+// A message other than end, the sender's error, the connection's end or a
+// failure of p or k ends it with the reason.
+func lmrmReceive(ctx context.Context, c *ctrl, p *lmrm.Provider, k *sink) (message, error) {
+	got := make(chan message, 1)
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go func() {
+		var m message
+		if err := c.recv(&m); err != nil {
+			stop(err)
+			return
+		}
+		got <- m
+		stop(nil)
+	}()
+	for wctx.Err() == nil && k.err == nil {
+		if err := p.Wait(wctx); err != nil && wctx.Err() == nil {
+			return message{}, err
+		}
+	}
+	if k.err != nil {
+		return message{}, k.err
+	}
+	var m message
+	select {
+	case m = <-got:
+	default:
+		return message{}, context.Cause(wctx)
+	}
+	switch m.Type {
+	case msgEnd:
+	case msgError:
+		return m, remoteError(&m)
+	default:
+		return m, fmt.Errorf("unexpected %q during the transfer", m.Type)
+	}
+	dctx, cancel := context.WithTimeout(ctx, endDataWait)
+	defer cancel()
+	for k.next < min(m.Size, k.size) && k.err == nil {
+		if err := p.Wait(dctx); err != nil {
+			if dctx.Err() != nil && ctx.Err() == nil {
+				break // the verdict says how much is missing
+			}
+			return m, err
+		}
+	}
+	return m, k.err
+}
+
+// Between an xdproce with lmrm and one from before it, the RC transfer
+// falls back to the slot protocol (a control message per slot: client.go,
+// get.go, server.go), with one line at each end saying so. The slot
+// protocol stays in the tree as --mode ooo's carrier, so speaking it to an
+// older peer costs no code of its own, while refusing would break transfers
+// between mixed versions that worked before.
+
+// slotNotice is the client's line: the server lacks cm.CapLMRM.
+func slotNotice(o *Options) {
+	o.Log.Warn(fmt.Sprintf("the server does not offer lmrm (capability %q: an xdproce from before it): using the slot protocol, a control message per slot", cm.CapLMRM))
+}
+
+// slotNotice is the server's line, for a put or get from a client that
+// lacks cm.CapLMRM.
+func (s *Server) slotNotice(conn *cm.Conn) {
+	if !conn.PeerHas(cm.CapLMRM) {
+		s.Options.withDefaults().Log.Warn(fmt.Sprintf("the client does not offer lmrm (capability %q: an xdproce from before it): serving it the slot protocol, a control message per slot", cm.CapLMRM),
+			"peer", conn.RemoteAddr().String())
+	}
+}
