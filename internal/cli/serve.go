@@ -67,8 +67,10 @@ for 10 minutes), keeps those of transfers still running, and says on stderr
 what it removed.
 
 Transfers sent with 'xdproce send --enlarge' go through an enlargement
-channel (package enlarge) instead of the plain RDMA WRITE path; serve accepts
-both.
+channel (package enlarge) instead of an lmrm pool (RDMA WRITE with immediate
+into slots serve registered, one LMRM_ALLOC per transfer); serve accepts
+both, and serves clients from before lmrm the older slot protocol (one line
+on stderr each time).
 
 Serve prints one line per finished request on stdout, plus a line "enlarge:
 phase, promotions, ..." for a transfer through an enlargement channel (with

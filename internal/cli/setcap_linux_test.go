@@ -90,7 +90,7 @@ func TestPrivilegedREADMECapabilities(t *testing.T) {
 	}
 
 	r := asNobody(bin, "send", "--dev", topo.B.Name, "--link", "xsk", topo.A.IPv4.String(), src)
-	if r.code != 0 || !strings.Contains(r.stdout, "by RDMA WRITE over AF_XDP") {
+	if r.code != 0 || !strings.Contains(r.stdout, "by RDMA WRITE WITH IMMEDIATE (lmrm) over AF_XDP") {
 		t.Fatalf("send as nobody with %s: exit %d\nstdout %s\nstderr %s\nserver %s", caps, r.code, r.stdout, r.stderr, s.errb.String())
 	}
 	t.Logf("send as nobody with %s: %s", caps, strings.TrimSpace(r.stdout))

@@ -17,10 +17,14 @@ import (
 var sendCommand = &Command{
 	Name:       "send",
 	ShortUsage: "xdproce send --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--name NAME] [--force] [--enlarge | --mode ooo [--paths N]] [--json] HOST FILE",
-	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE",
+	ShortHelp:  "send a file to 'xdproce serve' on HOST by RDMA WRITE with immediate",
 	LongHelp: `Send copies FILE to the server at HOST (an address, or address:port when the
-server's control port is not 18515) by RDMA WRITE into the server's
-registered buffer, a few megabytes at a time. The server stores it in its
+server's control port is not 18515) by RDMA WRITE with immediate into a
+pool of slots the server registered, a few megabytes a slot (package lmrm:
+one LMRM_ALLOC for the pool, then one write per slot and no control message
+per slot; the server hands slots back in batches of LMRM_RELEASE; a server
+from before lmrm gets the older slot protocol, with one line on stderr
+saying so). The server stores it in its
 --dir as NAME (default: FILE's base name), under a temporary name until the
 SHA-256 it computed matches the one sent here. The control connection is
 retried for a few seconds while the server starts. A server run with
@@ -75,9 +79,11 @@ EXAMPLES
 var getCommand = &Command{
 	Name:       "get",
 	ShortUsage: "xdproce get --dev IF [--psk-file FILE] [--tls-fingerprint HEX [--tls-cert FILE --tls-key FILE]] [--tls-proxy PATH] [--enlarge | --mode ooo] [--json] HOST NAME [FILE]",
-	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA READ",
-	LongHelp: `Get fetches NAME from the --dir of the server at HOST by RDMA READ from the
-server's registered buffer and writes it to FILE (default: NAME in the
+	ShortHelp:  "fetch a file from 'xdproce serve' on HOST by RDMA WRITE with immediate",
+	LongHelp: `Get fetches NAME from the --dir of the server at HOST, which RDMA-writes it
+(with immediate) into a pool of slots this side registered, as send does
+the other way (a server from before lmrm is read from by RDMA READ, with
+one line on stderr saying so), and writes it to FILE (default: NAME in the
 current directory; a directory means DIR/NAME). The data goes to a temporary
 file beside FILE, renamed to FILE only once the SHA-256 of what arrived
 matches the server's: a failed transfer leaves no partial file. Temporary

@@ -1,20 +1,34 @@
 // Package xfer moves files between two xdproce processes over RoCEv2: the
-// data by RDMA WRITE (Send) or RDMA READ (Get) on one RC queue pair, the
+// data by RDMA WRITE WITH IMMEDIATE into an lmrm pool (Send and Get; RDMA
+// WRITE or READ with an older peer) on one RC queue pair, the
 // coordination over a TCP control connection (package cm's: its hello
 // authenticates the client before any request is read).
 //
 // The control connection carries length-prefixed JSON messages (a 4-byte
-// big-endian length, then one object). The client opens with a request (put
-// or get) naming the file and its queue pair (QPN, first PSN, GID, path MTU);
-// the server answers with its own queue pair and a registered staging buffer
-// of Slots slots of SlotSize bytes (address and rkey). Each slot then goes
-// round: for put, the client RDMA-WRITEs a chunk into a free slot and, once
-// the write has completed (the server has acknowledged the data), sends a
-// data message; the server appends the slot to the file and frees the slot.
-// For get, the server loads a chunk into a slot and sends a data message; the
-// client RDMA-READs it and frees the slot. An end message with the SHA-256 of
-// the whole content closes the transfer, and the receiving side answers ok
-// only when its own SHA-256 agrees.
+// big-endian length, then one object). The client opens with a request
+// naming the file and its queue pair (QPN, first PSN, GID, path MTU); the
+// server answers with its own queue pair and its limits, Slots slots of
+// SlotSize bytes. An end message with the SHA-256 of the whole content
+// closes the transfer, and the receiving side answers ok only when its own
+// SHA-256 agrees.
+//
+// Between two ends that announce cm.CapLMRM (put_lmrm, get_lmrm: lmrm.go)
+// nothing else goes by TCP: the side with the content is the requester of
+// an lmrm pool on the RC queue pair, the other its provider. One LMRM_ALLOC
+// asks for the slots, each chunk goes as one RDMA WRITE WITH IMMEDIATE (the
+// immediate names pool and slot) into the next free slot, the receiver
+// appends it at its running offset (RC keeps the order) and the provider
+// gives the slots back in batches of LMRM_RELEASE. For get the client is
+// the provider and says ready once its queue pair listens.
+//
+// With an older peer (no cm.CapLMRM) both ends log one line and use the
+// slot protocol (put, get), which also carries --mode ooo: the server
+// offers a registered staging buffer (address and rkey) and each slot goes
+// round by TCP. For put the client RDMA-WRITEs a chunk into a free slot
+// and, once the write has completed, sends a data message; the server
+// appends the slot to the file and sends free. For get the server loads a
+// chunk into a slot and sends a data message; the client RDMA-READs it and
+// frees the slot.
 //
 // A get may ask for a span of the file (span.go, cm.CapRange), and
 // GetStream writes what it fetches to an io.Writer instead of a file

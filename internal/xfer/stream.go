@@ -24,13 +24,14 @@ type contentDst interface {
 func (t *tempFile) begin(*Span, *message) error { return nil }
 
 // GetStream fetches name, or the span of it sp asks for (nil: all of it;
-// see span.go), from the server at the other end of conn by RDMA READ into
-// dev, and writes it to the writer start returns. start is called once the
+// see span.go), from the server at the other end of conn into dev (written
+// into this side's lmrm pool, or by RDMA READ from an older server), and
+// writes it to the writer start returns. start is called once the
 // server has accepted the request, before any data moves, with the span
 // resolved (for the whole file: From 0, Count and Total its size); an error
 // from it ends the transfer. Content goes to the writer in order, a slot at
 // a time, and a slot is freed for the server only once written: a slow
-// writer slows the transfer, and memory stays at the staging buffer
+// writer slows the transfer, and memory stays at the staging buffer or pool
 // (Options.SlotSize × Options.Slots) plus one slot. That one slot, the
 // last written, is held back until the SHA-256 is verified, so a writer
 // never receives the complete content of a transfer that fails (an HTTP
