@@ -292,10 +292,11 @@ func clientCmd(topo *netlab.Topo, args ...string) *exec.Cmd {
 	return topo.B.NS.Command(context.Background(), binary, full...)
 }
 
-// TestPrivilegedSendGet: files of 0 B, 1 B, 1 MiB and 100 MiB go by RDMA
-// WRITE and come back by RDMA READ byte-exact between two namespaces over
-// AF_XDP; the results name the link and the SHA-256; the captures both
-// commands write pass dump --verify.
+// TestPrivilegedSendGet: files of 0 B, 1 B, 1 MiB and 100 MiB go and come
+// back byte-exact on lmrm pools (WRITE WITH IMMEDIATE) between two
+// namespaces over AF_XDP; the results name the link and the SHA-256; the
+// captures both commands write pass dump --verify and show the LMRM_ALLOC
+// exchange.
 func TestPrivilegedSendGet(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
@@ -337,7 +338,7 @@ func TestPrivilegedSendGet(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("get %d bytes: exit %d: %s", n, r.code, r.stderr)
 		}
-		if !strings.Contains(r.stdout, hexString(sum[:])+" verified") || !strings.Contains(r.stdout, "RDMA READ over AF_XDP") {
+		if !strings.Contains(r.stdout, hexString(sum[:])+" verified") || !strings.Contains(r.stdout, "by RDMA WRITE WITH IMMEDIATE (lmrm) over AF_XDP") {
 			t.Errorf("get output: %q", r.stdout)
 		}
 		if got, err := os.ReadFile(back); err != nil || !bytes.Equal(got, data) {
@@ -345,8 +346,10 @@ func TestPrivilegedSendGet(t *testing.T) {
 		}
 		if n > 0 && n <= 1<<20 {
 			for _, c := range []string{capSend, capGet} {
-				if v := runBinary(t, "dump", "--verify", c); v.code != 0 || strings.Count(v.stdout, "\n") < 2 {
-					t.Errorf("dump --verify %s: exit %d, %d lines: %s", c, v.code, strings.Count(v.stdout, "\n"), v.stderr)
+				// Both go on an lmrm pool: the client's capture holds the
+				// LMRM_ALLOC (send) or the answer to it (get).
+				if v := runBinary(t, "dump", "--verify", c); v.code != 0 || strings.Count(v.stdout, "\n") < 2 || !strings.Contains(v.stdout, "[LMRM_ALLOC") {
+					t.Errorf("dump --verify %s: exit %d, %d lines: %s%s", c, v.code, strings.Count(v.stdout, "\n"), v.stdout, v.stderr)
 				}
 			}
 		}
