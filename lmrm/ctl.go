@@ -127,15 +127,15 @@ func (c *ctl) send(m *Msg) error {
 // reap polls the completion queue, freeing send buffers itself and handing
 // every other completion to fn; a receive's buffer is reposted after fn.
 //
-// With ctx not nil it first waits for a completion, and returns ctx's error,
+// With block it first waits for a completion, and returns ctx's error,
 // having handled nothing, when ctx ends first.
-func (c *ctl) reap(ctx context.Context, fn func(wc *roce.WC, recv []byte) error) error {
+func (c *ctl) reap(ctx context.Context, block bool, fn func(wc *roce.WC, recv []byte) error) error {
 	for {
 		var n int
 		var err error
-		if ctx != nil {
+		if block {
 			n, err = c.cq.Wait(ctx, c.wcs[:])
-			ctx = nil
+			block = false
 		} else {
 			n, err = c.cq.Poll(c.wcs[:])
 		}

@@ -114,22 +114,22 @@ func newProvider(q cQP, pd cPD, cq *roce.CQ, cfg *ProviderConfig, deliver Delive
 // sends an LMRM_RELEASE whenever a pool's batch of consumed slots is full.
 // A write into an unknown slot or one delivered and not yet released, or a
 // malformed message, fails the provider with ErrProtocol. Failures are sticky.
-func (p *Provider) Progress() error { return p.progress(nil) }
+func (p *Provider) Progress() error { return p.progress(context.Background(), false) }
 
 // Wait is Progress that first blocks until a completion is there. When ctx
 // ends first it returns ctx's error (wrapped), which does not fail the
 // provider. It holds the provider while it blocks: call it from the
 // goroutine that drives the provider.
-func (p *Provider) Wait(ctx context.Context) error { return p.progress(ctx) }
+func (p *Provider) Wait(ctx context.Context) error { return p.progress(ctx, true) }
 
-func (p *Provider) progress(ctx context.Context) error {
+func (p *Provider) progress(ctx context.Context, block bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.c.err != nil {
 		return fmt.Errorf("lmrm: progress: %w", p.c.err)
 	}
-	err := p.c.reap(ctx, p.complete)
-	if err != nil && ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	err := p.c.reap(ctx, block, p.complete)
+	if err != nil && block && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("lmrm: wait: %w", err)
 	}
 	if err == nil {

@@ -277,22 +277,22 @@ func (r *Requester) Write(s Slot, data []byte) error {
 // (remote access error: the pool was deregistered, or its rkey was wrong)
 // fails the requester with ErrRevoked; a malformed or hostile message fails
 // it with ErrProtocol. Failures are sticky.
-func (r *Requester) Progress() error { return r.progress(nil) }
+func (r *Requester) Progress() error { return r.progress(context.Background(), false) }
 
 // Wait is Progress that first blocks until a completion is there. When ctx
 // ends first it returns ctx's error (wrapped), which does not fail the
 // requester. It holds the requester while it blocks: call it from the
 // goroutine that drives the requester.
-func (r *Requester) Wait(ctx context.Context) error { return r.progress(ctx) }
+func (r *Requester) Wait(ctx context.Context) error { return r.progress(ctx, true) }
 
-func (r *Requester) progress(ctx context.Context) error {
+func (r *Requester) progress(ctx context.Context, block bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.c.err != nil {
 		return fmt.Errorf("lmrm: progress: %w", r.c.err)
 	}
-	if err := r.c.reap(ctx, r.complete); err != nil {
-		if ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	if err := r.c.reap(ctx, block, r.complete); err != nil {
+		if block && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return fmt.Errorf("lmrm: wait: %w", err)
 		}
 		r.c.err = err
