@@ -48,8 +48,9 @@ func TestControlBytes(t *testing.T) {
 	data := randomBytes(6<<20+12345, 1)
 	slots := (len(data) + slotSize - 1) / slotSize
 	// The hello with the PSK challenge, the request and the accept (queue
-	// pair, staging buffer), the end with the SHA-256 and the verdict; then
-	// per slot one data and one free message.
+	// pair, staging buffer), the end with the SHA-256 and the verdict; on
+	// lmrm nothing per slot, with the slot protocol (a node from before
+	// lmrm) one data and one free message per slot, which the limit allows.
 	const fixed, perSlot = 2048, 96
 	limit := fixed + perSlot*slots
 
