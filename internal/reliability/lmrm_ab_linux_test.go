@@ -91,12 +91,7 @@ func abRound(t *testing.T, bin string, topo *netlab.Topo, src string, size int64
 	defer os.RemoveAll(dir) // 128 MiB a round: keep the page cache from filling up
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir, "--insecure")
-	var serr bytes.Buffer
-	serve.Stdout, serve.Stderr = &serr, &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
+	serve, serr := startServe(ctx, t, bin, topo, dir)
 	defer func() {
 		_ = serve.Process.Kill()
 		_ = serve.Wait()

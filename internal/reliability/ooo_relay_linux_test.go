@@ -55,12 +55,7 @@ func relaySend(t *testing.T, bin string, topo *netlab.Topo, src string, size int
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir, "--insecure")
-	var serr bytes.Buffer
-	serve.Stdout, serve.Stderr = &serr, &serr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
+	serve, serr := startServe(ctx, t, bin, topo, dir)
 	defer func() { _ = serve.Process.Kill(); _ = serve.Wait() }()
 	full := append([]string{"send", "--dev", topo.A.Name, "--link", "xsk", "--name", "got.bin", "--json"}, args...)
 	send := topo.A.NS.Command(ctx, bin, append(full, topo.B.IPv4.String(), src)...)

@@ -33,6 +33,20 @@ func buildCLI(t *testing.T, dir string) string {
 	return bin
 }
 
+// startServe starts `bin serve --insecure` over AF_XDP in topo's B,
+// storing into dir, its output going to the returned buffer; the caller
+// kills it and waits.
+func startServe(ctx context.Context, t *testing.T, bin string, topo *netlab.Topo, dir string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir, "--insecure")
+	serr := new(bytes.Buffer)
+	serve.Stdout, serve.Stderr = serr, serr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return serve, serr
+}
+
 // TestPrivilegedRelaySend: `xdproce send` of a random file to `xdproce
 // serve` through the faulty relay (5 % loss, 2 % reorder, 1 % duplication,
 // 0.1 % corruption each way) over AF_XDP arrives with the right SHA-256;
@@ -68,12 +82,7 @@ func TestPrivilegedRelaySend(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir, "--insecure")
-			var serr bytes.Buffer
-			serve.Stdout, serve.Stderr = &serr, &serr
-			if err := serve.Start(); err != nil {
-				t.Fatal(err)
-			}
+			serve, serr := startServe(ctx, t, bin, topo, dir)
 			t.Cleanup(func() { _ = serve.Process.Kill(); _ = serve.Wait() })
 			start := time.Now()
 			send := topo.A.NS.Command(ctx, bin, "send", "--dev", topo.A.Name, "--link", "xsk", "--name", "got.bin", "--json",
