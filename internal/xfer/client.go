@@ -30,7 +30,7 @@ type Result struct {
 	Link    string        `json:"link"`      // this side's link
 	Peer    string        `json:"peer_link"` // the peer's link
 	PathMTU int           `json:"path_mtu"`
-	Op      string        `json:"op"` // "RDMA WRITE", "RDMA READ", OpEnlarge, OpOOOWrite or OpOOORead
+	Op      string        `json:"op"` // OpLMRM, "RDMA WRITE", "RDMA READ", OpEnlarge, OpOOOWrite or OpOOORead
 	// Enlarge is set for a transfer through an enlargement channel.
 	Enlarge *EnlargeResult `json:"enlarge,omitempty"`
 	// OOO is set for a transfer in OOO mode (ooo.go).
@@ -77,8 +77,9 @@ func ValidName(name string) error {
 }
 
 // Send stores size bytes read from r on the server at the other end of conn
-// under name, by RDMA WRITE from dev (through an enlargement channel when
-// opts.Enlarge is set). It returns when the server has verified
+// under name, written from dev into the server's lmrm pool (by RDMA WRITE
+// into its staging buffer when the server is from before lmrm; through an
+// enlargement channel when opts.Enlarge is set). It returns when the server has verified
 // the SHA-256 and renamed the file into place. conn is closed on return.
 func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, size int64, name string, opts *Options) (res Result, err error) {
 	o := opts.withDefaults()

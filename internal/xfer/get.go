@@ -13,8 +13,9 @@ import (
 	"github.com/xdproce/xdproce/roce"
 )
 
-// Get fetches the file name from the server at the other end of conn by RDMA
-// READ into dev (through an enlargement channel when opts.Enlarge is set),
+// Get fetches the file name from the server at the other end of conn into
+// dev (written into this side's lmrm pool, or by RDMA READ from a server
+// from before lmrm; through an enlargement channel when opts.Enlarge is set),
 // writing it to dst: first under a temporary name in dst's directory, renamed
 // to dst only once the SHA-256 matches the server's. conn is closed on
 // return.

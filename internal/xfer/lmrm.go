@@ -36,8 +36,9 @@ const OpLMRM = "RDMA WRITE WITH IMMEDIATE (lmrm)"
 // for the data the sender has already seen acknowledged.
 const endDataWait = 10 * time.Second
 
-// newLMRMRequester makes an RC queue pair sized for a requester with depth
-// writes in flight, and (once connected by the caller) the requester.
+// newLMRMRequesterQP makes an RC queue pair sized for a requester with
+// depth writes in flight, and the requester's configuration; the caller
+// connects it and then makes the requester.
 func newLMRMRequesterQP(dev *roce.Device, depth int, local net.Addr) (*qpConn, *lmrm.Config, error) {
 	cfg := &lmrm.Config{Depth: depth}
 	send, recv, cq := cfg.QueueDepths()
@@ -46,7 +47,8 @@ func newLMRMRequesterQP(dev *roce.Device, depth int, local net.Addr) (*qpConn, *
 }
 
 // newLMRMProviderQP makes an RC queue pair sized for a provider granting at
-// most maxBytes.
+// most maxBytes, and the provider's configuration; the caller connects it
+// and then makes the provider.
 func newLMRMProviderQP(dev *roce.Device, maxBytes int, local net.Addr) (*qpConn, *lmrm.ProviderConfig, error) {
 	cfg := &lmrm.ProviderConfig{MaxBytes: uint64(maxBytes)}
 	send, recv, cq := cfg.QueueDepths()

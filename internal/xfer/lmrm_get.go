@@ -12,9 +12,9 @@ import (
 )
 
 // getLMRM is getRC on an lmrm pool (get_lmrm): the client is the provider,
-// the server writes into its pool, and what arrives goes to dst in order. It sends ready once its queue pair is
-// connected and its receives posted, so that the server's LMRM_ALLOC finds
-// it listening.
+// the server writes into its pool, and what arrives goes to dst in order.
+// It sends ready once its queue pair is connected and its receives posted,
+// so that the server's LMRM_ALLOC finds it listening.
 func getLMRM(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Span, dst contentDst, o *Options) (res Result, err error) {
 	q, cfg, err := newLMRMProviderQP(dev, max(o.SlotSize*o.Slots, 4096), c.c.LocalAddr())
 	if err != nil {

@@ -24,6 +24,7 @@ const (
 	// msgPutEnlarge (enlarge_put.go): store NAME sent through an enlargement channel
 	msgGet = "get" // client → server: send NAME by RDMA READ
 	// msgPutOOO, msgGetOOO (ooo.go): as put and get, by OOO WRITE and READ
+	// msgPutLMRM, msgGetLMRM (lmrm.go): as put and get, on an lmrm pool
 	// msgGetEnlarge, msgReady (enlarge_get.go): send NAME through an enlargement channel
 	msgAccept = "accept" // server → client: the server's QP and staging buffer
 	msgData   = "data"   // a slot holds Len bytes of the content at Off
