@@ -219,6 +219,7 @@ type Device struct {
 
 	ctxPool *qp.ContextPool // OOO contexts (nil until the first OOO queue pair)
 	oooQPs  atomic.Int32    // OOO queue pairs alive: the engine accepts OOO opcodes
+	groups  groupRoutes     // queue pairs that receive multicast frames (mcast.go)
 
 	capw        *capture.Writer          // the capture's writer (nil: none)
 	xdpCounters func() (Counters, error) // the XDP program's verdict counters (nil: none)
@@ -492,6 +493,7 @@ func (d *Device) removeQP(e *qpEntry) {
 		return
 	}
 	e.dead.Store(true)
+	d.groups.drop(e)
 	if e.q.Type() == qp.OOO {
 		d.oooQPs.Add(-1)
 	}

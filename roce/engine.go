@@ -250,6 +250,10 @@ func (e *engine) input(frame []byte, now int64) {
 			return
 		}
 	}
+	if p.BTH.DestQPN == MulticastQPN {
+		e.multicast(p, now)
+		return
+	}
 	q := e.d.lookup(p.BTH.DestQPN)
 	if q == nil || q.dead.Load() {
 		e.dropUnknownQPN++
@@ -262,6 +266,11 @@ func (e *engine) input(frame []byte, now int64) {
 		e.dropMalformed++ // as on a device without OOO queue pairs: an unknown opcode
 		return
 	}
+	e.deliver(q, p, now)
+}
+
+// deliver hands p to the queue pair q.
+func (e *engine) deliver(q *qpEntry, p *wire.Packet, now int64) {
 	e.delivered++
 	e.schedule(q)
 	q.q.Receive(p, now, &e.tx)

@@ -280,7 +280,9 @@ func (d *Device) resolveAV(dgid, sgid netip.Addr, lookupMAC bool) (AddressVector
 	av.SrcMAC = d.hw
 	av.TTL = 64
 	av.SrcPort = d.props.SrcPort
-	if d.resolve != nil && lookupMAC {
+	if mac, ok := groupMAC(dst); ok {
+		av.DstMAC = mac // a group's MAC is computed, not resolved (mcast.go)
+	} else if d.resolve != nil && lookupMAC {
 		mac, err := d.resolve(dst)
 		if err != nil {
 			return av, fmt.Errorf("resolve %v: %w", dst, err)

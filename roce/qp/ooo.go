@@ -50,7 +50,12 @@ func (q *QP) checkOOOSend(wr *SendWR) error {
 			return errors.New("qp: post send: inline OOO READ")
 		}
 	}
-	need := wr.Opcode == WROOORead || wr.Notify&wire.NotifyInitiator != 0
+	if IsGroupCtx(wr.RemoteCtx) && wr.Opcode != WROOOWrite {
+		return fmt.Errorf("qp: post send: %v to group context %v (only WRITEs go to groups)", wr.Opcode, wr.RemoteCtx)
+	}
+	// A group WRITE's completions come from its members, one each, with no
+	// context on this side (ooo_group.go).
+	need := wr.Opcode == WROOORead || wr.Notify&wire.NotifyInitiator != 0 && !IsGroupCtx(wr.RemoteCtx)
 	if wr.Ctx == 0 && need {
 		return fmt.Errorf("qp: post send: %v with notify %v needs this side's context (Ctx)", wr.Opcode, wr.Notify)
 	}

@@ -11,8 +11,8 @@ import (
 
 // Limits of NewContextPool.
 const (
-	DefaultContexts = 1 << 16   // contexts of a device's pool unless configured
-	MaxContexts     = 1<<24 - 1 // ids are 24 bits and id 0 is never handed out
+	DefaultContexts = 1 << 16           // contexts of a device's pool unless configured
+	MaxContexts     = GroupCtxFirst - 1 // ids are 24 bits, id 0 is never handed out, the top 64 Ki are group contexts
 )
 
 // ErrNoContexts: the pool has fewer free contexts than asked for.

@@ -49,7 +49,7 @@ func (q *QP) oooPlace(p *wire.Packet, out Output) { q.oooPlaceFor(p, p.XRH.Initi
 // peer: the initiator's (OOO_WRITE) or the controller's (OOO_3P_WRITE).
 func (q *QP) oooPlaceFor(p *wire.Packet, peer wire.Ctx, out Output) {
 	x := &p.XRH
-	s := q.oooState(x.Ctx)
+	s, g := q.oooPlaceState(x.Ctx)
 	if s == nil {
 		return
 	}
@@ -98,14 +98,7 @@ func (q *QP) oooPlaceFor(p *wire.Packet, peer wire.Ctx, out Output) {
 		q.stats.inc(CtrDupIndex)
 		return
 	}
-	need := mr.RemoteWrite
-	var m []byte
-	var err error
-	if q.e.attr.Access&need == 0 {
-		err = mr.ErrAccess
-	} else {
-		m, err = q.tbl.RemoteCached(&q.rkeyCache, q.pd, p.RETH.RKey, p.RETH.VA, uint64(len(p.Payload)), need)
-	}
+	m, err := q.oooDest(g, p)
 	if err != nil {
 		q.oooProtection(s, x.Ctx)
 		return
@@ -226,6 +219,10 @@ func (q *QP) oooServeRead(p *wire.Packet, peer wire.Ctx, k *sink, ctl *wire.XTP)
 // (or the response of a READ it served) was placed whole.
 func (q *QP) oooCompletion(p *wire.Packet) {
 	x := &p.XRH
+	if IsGroupCtx(x.Initiator) {
+		q.oooGroupAck(p)
+		return
+	}
 	s := q.oooState(x.Ctx)
 	if s == nil {
 		return

@@ -25,7 +25,8 @@ type oooEngine struct {
 	wHead, wLen uint32
 	srcCache    mr.Cache // the READ sources' region
 	cond        [MaxCondQueues]condQueue
-	sinks       sinks // third-party sinks admitted (AdmitSink)
+	sinks       sinks      // third-party sinks admitted (AdmitSink)
+	groups      groupTable // this side's group contexts (ooo_group.go)
 }
 
 // oooWork is one entry of the work queue.

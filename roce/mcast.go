@@ -1,0 +1,190 @@
+package roce
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/xdproce/xdproce/roce/qp"
+	"github.com/xdproce/xdproce/roce/wire"
+)
+
+// Multicast delivery (docs/ooo.md, "Broadcast and multicast"). A frame whose
+// BTH DestQPN is MulticastQPN names no queue pair: the device hands it to
+//   - for an OOO opcode, the one OOO queue pair that defined the group
+//     context the frame's XRH names for the frame's destination address
+//     (DefineGroupContext);
+//   - for a UD SEND, every UD queue pair attached to the frame's
+//     destination GID (AttachMcast, as ibv_attach_mcast).
+// A frame no queue pair takes is dropped and counted drop_unknown_qpn (a
+// non-member holds no context for it).
+
+// MulticastQPN is the destination QPN of multicast and broadcast frames.
+const MulticastQPN = 0xFFFFFF
+
+// groupRoutes lists the queue pairs that take multicast frames: a
+// copy-on-write slice the engine reads without a lock.
+type groupRoutes struct {
+	mu   sync.Mutex
+	list atomic.Pointer[[]groupRoute]
+}
+
+// groupRoute is one queue pair taking multicast frames: an OOO queue pair
+// with group contexts (group invalid: it checks the frame itself), or a UD
+// queue pair attached to group.
+type groupRoute struct {
+	e     *qpEntry
+	group netip.Addr
+}
+
+func (t *groupRoutes) routes() []groupRoute {
+	if l := t.list.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// add adds r unless present; it reports whether it did.
+func (t *groupRoutes) add(r groupRoute) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.routes()
+	if slices.Contains(old, r) {
+		return false
+	}
+	l := append(slices.Clip(old), r)
+	t.list.Store(&l)
+	return true
+}
+
+// remove removes the routes gone selects; it reports whether any went.
+func (t *groupRoutes) remove(gone func(groupRoute) bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.routes()
+	l := slices.DeleteFunc(slices.Clone(old), gone)
+	if len(l) == len(old) {
+		return false
+	}
+	t.list.Store(&l)
+	return true
+}
+
+// drop removes every route of e (its queue pair is destroyed).
+func (t *groupRoutes) drop(e *qpEntry) {
+	t.remove(func(r groupRoute) bool { return r.e == e })
+}
+
+// multicast delivers a frame sent to MulticastQPN.
+func (e *engine) multicast(p *wire.Packet, now int64) {
+	info, _ := p.BTH.Opcode.Info()
+	dst := p.DstIP.Unmap()
+	taken := false
+	for _, r := range e.d.groups.routes() {
+		if r.e.dead.Load() {
+			continue
+		}
+		if info.Transport == wire.OOO {
+			if r.group.IsValid() || !r.e.q.HasGroupContext(p.XRH.Ctx, dst) {
+				continue
+			}
+			e.deliver(r.e, p, now)
+			return // a group context belongs to one queue pair
+		}
+		if r.group == dst && r.e.q.Type() == qp.UD {
+			e.deliver(r.e, p, now)
+			taken = true
+		}
+	}
+	if !taken {
+		e.dropUnknownQPN++
+	}
+}
+
+// groupMAC returns the Ethernet address of a multicast group (RFC 1112:
+// 01:00:5e and the low 23 bits; RFC 2464: 33:33 and the low 32 bits) or of
+// the limited broadcast 255.255.255.255.
+func groupMAC(ip netip.Addr) ([6]byte, bool) {
+	ip = ip.Unmap()
+	switch {
+	case ip.Is4() && ip.IsMulticast():
+		a := ip.As4()
+		return [6]byte{0x01, 0x00, 0x5e, a[1] & 0x7f, a[2], a[3]}, true
+	case ip.Is6() && ip.IsMulticast():
+		a := ip.As16()
+		return [6]byte{0x33, 0x33, a[12], a[13], a[14], a[15]}, true
+	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, true
+	}
+	return [6]byte{}, false
+}
+
+// A GroupRegion binds a group context to this side's memory: Len bytes at
+// Addr of a region registered with remote write access (RKey, which stays
+// on this device), for frames sent to Group.
+type GroupRegion = qp.GroupRegion
+
+// The reserved group context ids.
+const (
+	GroupCtxFirst = qp.GroupCtxFirst
+	GroupCtxLast  = qp.GroupCtxLast
+)
+
+// IsGroupCtx reports whether x names a group context.
+func IsGroupCtx(x Ctx) bool { return qp.IsGroupCtx(x) }
+
+// DefineGroupContext makes x (an id in GroupCtxFirst..GroupCtxLast, its key
+// the group sender's choice) a group context of this OOO queue pair, bound
+// to reg: an OOO WRITE naming x, multicast to reg.Group or unicast to this
+// queue pair, places at reg.Addr + its RETH.VA (an offset; its rkey is not
+// used). On a device, one queue pair defines a given id.
+func (q *QP) DefineGroupContext(x Ctx, reg GroupRegion) error {
+	for _, r := range q.d.groups.routes() {
+		if r.e != q.e && !r.group.IsValid() && r.e.q.HasGroupContext(x, reg.Group) {
+			return fmt.Errorf("roce: qp %#x: group context %v is queue pair %#x's", q.e.qpn, x, r.e.qpn)
+		}
+	}
+	if err := q.q.DefineGroupContext(x, reg); err != nil {
+		return fmt.Errorf("roce: qp %#x: %w", q.e.qpn, err)
+	}
+	q.d.groups.add(groupRoute{e: q.e})
+	return nil
+}
+
+// RemoveGroupContext undefines x: packets naming it are dropped from then on.
+func (q *QP) RemoveGroupContext(x Ctx) error {
+	if err := q.q.RemoveGroupContext(x); err != nil {
+		return fmt.Errorf("roce: qp %#x: %w", q.e.qpn, err)
+	}
+	return nil
+}
+
+// AttachMcast attaches this UD queue pair to the multicast group gid (as
+// ibv_attach_mcast): UD SENDs to MulticastQPN at that destination reach it
+// (and every other queue pair attached). The frames must reach the device:
+// join the group on the interface (JoinGroup) so the NIC and the XDP
+// program take them.
+func (q *QP) AttachMcast(gid netip.Addr) error {
+	ip := IPFromGID(gid)
+	if q.typ != qp.UD {
+		return fmt.Errorf("roce: attach mcast: qp %#x is %v, not UD", q.e.qpn, q.typ)
+	}
+	if _, ok := groupMAC(ip); !ok {
+		return fmt.Errorf("roce: attach mcast: %v is not a multicast group", gid)
+	}
+	if !q.d.groups.add(groupRoute{e: q.e, group: ip}) {
+		return fmt.Errorf("roce: attach mcast: qp %#x is attached to %v already", q.e.qpn, gid)
+	}
+	return nil
+}
+
+// DetachMcast undoes AttachMcast.
+func (q *QP) DetachMcast(gid netip.Addr) error {
+	ip := IPFromGID(gid)
+	if !q.d.groups.remove(func(r groupRoute) bool { return r.e == q.e && r.group == ip }) {
+		return fmt.Errorf("roce: detach mcast: qp %#x is not attached to %v", q.e.qpn, gid)
+	}
+	return nil
+}
