@@ -220,6 +220,7 @@ type Device struct {
 	ctxPool *qp.ContextPool // OOO contexts (nil until the first OOO queue pair)
 	oooQPs  atomic.Int32    // OOO queue pairs alive: the engine accepts OOO opcodes
 	groups  groupRoutes     // queue pairs that receive multicast frames (mcast.go)
+	join    groupJoiner     // JoinGroup's means (nil: the link cannot join groups)
 
 	capw        *capture.Writer          // the capture's writer (nil: none)
 	xdpCounters func() (Counters, error) // the XDP program's verdict counters (nil: none)

@@ -188,3 +188,30 @@ func (q *QP) DetachMcast(gid netip.Addr) error {
 	}
 	return nil
 }
+
+// groupJoiner joins multicast groups on a device's interface.
+type groupJoiner interface {
+	join(group netip.Addr) (leave func() error, err error)
+}
+
+// JoinGroup makes the device's interface a member of the multicast group
+// (an IPv4 or IPv6 multicast address): the interface then accepts the
+// group's MAC, and the group's RoCE frames reach the device (on AF_XDP the
+// steering program redirects frames to a joined group as to one of the
+// interface's addresses; link/udp's socket joins it). Call leave to undo.
+// Frames reaching the device go to the queue pairs that defined group
+// contexts for the group or attached to it (AttachMcast).
+func (d *Device) JoinGroup(group netip.Addr) (leave func() error, err error) {
+	group = IPFromGID(group)
+	if !group.IsMulticast() {
+		return nil, fmt.Errorf("roce: join group %v: not a multicast address", group)
+	}
+	if d.join == nil {
+		return nil, fmt.Errorf("roce: join group %v: the %s link cannot join groups", group, d.LinkName())
+	}
+	leave, err = d.join.join(group)
+	if err != nil {
+		return nil, fmt.Errorf("roce: join group %v: %w", group, err)
+	}
+	return leave, nil
+}

@@ -24,7 +24,7 @@ func TestOOOGroupWrite(t *testing.T) {
 		AtoB: pipe.Faults{Reorder: 0.3, Duplicate: 0.05}, BtoA: pipe.Faults{Reorder: 0.3, Duplicate: 0.05}})
 	group := netip.MustParseAddr("239.1.2.3")
 	x, y, _, _ := connectOOO(t, p, connCfg{}, 1) // x: the sender's queue pair for member y
-	m := newSide(t, p.a, roce.OOO, connCfg{}, 0)  // the sender's multicast queue pair
+	m := newSide(t, p.a, roce.OOO, connCfg{}, 0) // the sender's multicast queue pair
 	if err := m.qp.Connect(0, roce.Endpoint{QPN: roce.MulticastQPN, GID: roce.GIDFromIP(group)}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,7 @@ func Open(ifname string, opts *Options) (*Device, error) {
 	if info.xdp != nil {
 		d.xdpCounters = xdpCounters(info.xdp)
 	}
+	d.join = newGroupJoiner(info, l)
 	stop, err := d.watchInterface(info)
 	if err != nil {
 		d.Close()
