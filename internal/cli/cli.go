@@ -43,6 +43,7 @@ var commands = []*Command{
 	getCommand,
 	copyCommand,
 	gatewayCommand,
+	mcastCommand,
 	benchCommand,
 	pingpongCommand,
 	rpingCommand,

@@ -1,0 +1,234 @@
+package mcast_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/mcast"
+	"github.com/xdproce/xdproce/internal/netlab"
+)
+
+var long = flag.Bool("long", false, "run the long variants (100 MiB to three members)")
+
+func buildCLI(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "xdproce")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/xdproce/xdproce/cmd/xdproce")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// txBytes reads an interface's transmitted bytes inside its namespace.
+func txBytes(t *testing.T, m *netlab.Iface) int64 {
+	t.Helper()
+	out, err := m.NS.Command(context.Background(), "cat", "/sys/class/net/"+m.Name+"/statistics/tx_bytes").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// recvProc is a running `mcast recv`.
+type recvProc struct {
+	cmd      *exec.Cmd
+	dir      string
+	out, err bytes.Buffer
+}
+
+func startRecv(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, group string, extra ...string) *recvProc {
+	t.Helper()
+	r := &recvProc{dir: t.TempDir()}
+	args := append([]string{"mcast", "recv", "--group", group, "--dev", m.Name, "--link", "xsk", "--dir", r.dir, "--insecure", "--json"}, extra...)
+	r.cmd = m.NS.Command(ctx, bin, args...)
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.err
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.cmd.Process.Kill(); _ = r.cmd.Wait() })
+	return r
+}
+
+// runSend runs `mcast send` of file from m and decodes its JSON result.
+func runSend(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, file string, extra ...string) (*mcast.Result, error, string) {
+	t.Helper()
+	args := append([]string{"mcast", "send", "--group", "239.1.2.3", "--dev", m.Name, "--link", "xsk", "--insecure", "--json", "--wait", "10s"}, extra...)
+	cmd := m.NS.Command(ctx, bin, append(args, file)...)
+	var out, serr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &serr
+	err := cmd.Run()
+	var res mcast.Result
+	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil {
+		t.Fatalf("send: %v, printed %q: %v\n%s", err, out.String(), jerr, serr.String())
+	}
+	return &res, err, serr.String()
+}
+
+func randomFile(t *testing.T, dir string, size int) (string, []byte) {
+	t.Helper()
+	b := make([]byte, size)
+	rand.Read(b)
+	p := filepath.Join(dir, "payload.bin")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+// TestPrivilegedMcastSend: `mcast send` of 12 MiB (100 MiB with -long) to
+// three members of 239.1.2.3 through a bridge over AF_XDP: every member
+// writes it byte-exact under the sender's base name; the sender multicast
+// ⌈len/segment⌉ data frames and its interface transmitted under 1.2× the
+// file's bytes (so no member got its own copy); a fourth namespace running
+// `mcast recv` on 239.1.2.4 saw the flooded frames, placed nothing (its
+// --dir stays empty) and counted them dropped.
+func TestPrivilegedMcastSend(t *testing.T) {
+	netlab.Privileged(t)
+	size := 12 << 20
+	if *long {
+		size = 100 << 20
+	}
+	s := netlab.StarT(t, netlab.StarConfig{Members: 5})
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	file, want := randomFile(t, tmp, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var members []*recvProc
+	for _, m := range s.Members[1:4] {
+		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
+	}
+	other := startRecv(t, ctx, bin, s.Members[4], "239.1.2.4")
+	time.Sleep(500 * time.Millisecond)
+	tx0 := txBytes(t, s.Members[0])
+	res, err, serr := runSend(t, ctx, bin, s.Members[0], file)
+	tx := txBytes(t, s.Members[0]) - tx0
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, serr)
+	}
+	t.Logf("%d MiB to %d members in %v (%.1f MB/s); sender transmitted %d bytes (%.3f× the file)",
+		size>>20, len(res.Members), res.Elapsed, float64(size)/res.Elapsed.Seconds()/1e6, tx, float64(tx)/float64(size))
+	if len(res.Members) != 3 {
+		t.Fatalf("%d members, want 3: %+v", len(res.Members), res.Members)
+	}
+	if want := (size + res.Segment - 1) / res.Segment; res.Frames != want {
+		t.Errorf("%d multicast data frames, want ⌈%d/%d⌉ = %d", res.Frames, size, res.Segment, want)
+	}
+	if float64(tx) >= 1.2*float64(size) {
+		t.Errorf("the sender transmitted %d bytes for a %d-byte file (≥ 1.2×)", tx, size)
+	}
+	for i, r := range members {
+		if err := r.cmd.Wait(); err != nil {
+			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
+		}
+		got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("member %d: file %d bytes, err %v (want %d bytes, byte-exact)", i+1, len(got), err, size)
+		}
+	}
+	for _, m := range res.Members {
+		if !m.OK || m.Acked != res.Ops {
+			t.Errorf("member %v: %+v (want ok, %d operations acknowledged)", m.Addr, m, res.Ops)
+		}
+	}
+	other.cmd.Process.Signal(syscall.SIGINT)
+	if err := other.cmd.Wait(); err != nil {
+		t.Errorf("other group's member: %v\n%s", err, other.err.String())
+	}
+	if ents, _ := os.ReadDir(other.dir); len(ents) != 0 {
+		t.Errorf("the other group's member wrote %d files", len(ents))
+	}
+	if other.out.Len() != 0 {
+		t.Errorf("the other group's member reported %q", other.out.String())
+	}
+	dropped := regexp.MustCompile(`dropped (\d+) frames .* (\d+) RoCE frames`).FindStringSubmatch(other.err.String())
+	if dropped == nil {
+		t.Fatalf("the other group's member printed no drop counts: %s", other.err.String())
+	}
+	a, _ := strconv.Atoi(dropped[1])
+	b, _ := strconv.Atoi(dropped[2])
+	if a+b < res.Frames {
+		t.Errorf("the other group's member dropped %d + %d frames, want ≥ %d (the flooded data frames)", a, b, res.Frames)
+	}
+}
+
+// roceOnly selects IPv4 UDP frames to port 4791: the data path, not the
+// control datagrams.
+func roceOnly(f []byte) bool {
+	return len(f) > 37 && binary.BigEndian.Uint16(f[12:]) == 0x0800 && f[23] == 17 &&
+		binary.BigEndian.Uint16(f[14+int(f[14]&15)*4+2:]) == 4791
+}
+
+// TestPrivilegedMcastBlackhole: a member whose leg drops every RoCE frame
+// (its control datagrams pass, so it takes the offer) is the only target of
+// unicast retries and is given up after --tries; the others write the file.
+func TestPrivilegedMcastBlackhole(t *testing.T) {
+	netlab.Privileged(t)
+	const size = 2 << 20
+	s := netlab.StarT(t, netlab.StarConfig{Members: 4, Relays: map[int]netlab.RelayConfig{
+		3: {Seed: 1, Loss: 1, Filter: roceOnly},
+	}})
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	file, want := randomFile(t, tmp, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var members []*recvProc
+	for _, m := range s.Members[1:] {
+		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
+	}
+	time.Sleep(500 * time.Millisecond)
+	res, err, serr := runSend(t, ctx, bin, s.Members[0], file, "--tries", "3")
+	if err == nil || !strings.Contains(err.Error(), "exit status 1") {
+		t.Errorf("send: %v, want exit status 1 (a member failed)\n%s", err, serr)
+	}
+	if len(res.Members) != 3 {
+		t.Fatalf("%d members, want 3: %+v", len(res.Members), res.Members)
+	}
+	dead := s.Members[3].IPv4
+	for _, m := range res.Members {
+		if m.Addr == dead {
+			if m.OK || m.Retries == 0 || m.Acked != 0 {
+				t.Errorf("blackholed member %v: %+v (want failed, retried, nothing acknowledged)", m.Addr, m)
+			}
+			continue
+		}
+		if !m.OK || m.Retries != 0 || m.Acked != res.Ops {
+			t.Errorf("member %v: %+v (want ok, no retries)", m.Addr, m)
+		}
+	}
+	for i, r := range members[:2] {
+		if err := r.cmd.Wait(); err != nil {
+			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
+		}
+		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("member %d: file %d bytes, err %v", i+1, len(got), err)
+		}
+	}
+	r := members[2]
+	if err := r.cmd.Wait(); err != nil {
+		t.Errorf("blackholed member: %v\n%s", err, r.err.String())
+	}
+	if ents, _ := os.ReadDir(r.dir); len(ents) != 0 || !strings.Contains(r.out.String(), "gave this member up") {
+		t.Errorf("blackholed member wrote %d files, reported %q", len(ents), r.out.String())
+	}
+}

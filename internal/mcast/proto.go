@@ -1,0 +1,214 @@
+// Package mcast is the file transfer of `xdproce mcast send` and `mcast
+// recv` (docs/ooo.md, "Broadcast and multicast"): one stream of OOO WRITEs
+// to a multicast group places a file in every member's memory at once;
+// members acknowledge each operation unicast, and the sender retries only
+// the members that did not, unicast, on their own group contexts.
+//
+// The control exchange is UDP: members announce themselves on the group's
+// control port; the sender answers each unicast with an offer (its queue
+// pair, the file's name, size and SHA-256, the group contexts); the member
+// answers ready; after the data, done and the member's result. Every
+// datagram carries an HMAC-SHA256 under the pre-shared key (Config.PSK),
+// and every answer echoes the other side's fresh nonce, so a datagram from
+// another session or without the key is ignored (counted).
+package mcast
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPort is the control port on the group.
+const DefaultPort = 18519
+
+// Message kinds.
+const (
+	kindHello  = "hello"  // member → group: here I am
+	kindOffer  = "offer"  // sender → member: the transfer
+	kindReady  = "ready"  // member → sender: contexts defined, connected
+	kindDone   = "done"   // sender → member: every operation acknowledged (or the member given up)
+	kindResult = "result" // member → sender: the file checked and written, or why not
+)
+
+// msg is one control datagram's body.
+type msg struct {
+	Kind    string `json:"kind"`
+	Member  uint64 `json:"member"`            // the member's nonce for this round
+	Session uint64 `json:"session,omitempty"` // the sender's nonce for this transfer
+	GID     string `json:"gid,omitempty"`     // the sender's of the offer, the member's of the hello
+	QPN     uint32 `json:"qpn,omitempty"`     // the queue pair of GID
+	// offer
+	Name    string `json:"name,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
+	CtxBase uint32 `json:"ctx_base,omitempty"` // group context ids CtxBase..CtxBase+Ctxs-1
+	CtxKey  uint8  `json:"ctx_key,omitempty"`
+	Ctxs    int    `json:"ctxs,omitempty"`
+	// done, result
+	OK    bool   `json:"ok,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// ctl is one side's control channel: the datagrams that pass
+// authentication go to in (dropped when in is full: they are repeated).
+type ctl struct {
+	key []byte
+	log *slog.Logger
+	in  chan packet
+}
+
+// packet is a received control datagram.
+type packet struct {
+	m    *msg
+	from *net.UDPAddr
+}
+
+// read feeds c's authenticated datagrams to in until c is closed.
+func (t *ctl) read(c *net.UDPConn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := c.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		m, err := open(t.key, buf[:n])
+		if err != nil {
+			t.log.Debug("control datagram ignored", "from", from, "err", err)
+			continue
+		}
+		select {
+		case t.in <- packet{m, from}:
+		default:
+		}
+	}
+}
+
+// send sends m to to from c.
+func (t *ctl) send(c *net.UDPConn, to *net.UDPAddr, m *msg) {
+	if _, err := c.WriteToUDP(seal(t.key, m), to); err != nil {
+		t.log.Warn("control datagram not sent", "to", to, "err", err)
+	}
+}
+
+// macLen prefixes every datagram: HMAC-SHA256(PSK, body).
+const macLen = sha256.Size
+
+// seal returns the datagram of m under key.
+func seal(key []byte, m *msg) []byte {
+	body, _ := json.Marshal(m) // plain fields: cannot fail
+	h := hmac.New(sha256.New, key)
+	h.Write(body)
+	return append(h.Sum(nil), body...)
+}
+
+// errBadMAC: a datagram not sealed with this side's key.
+var errBadMAC = errors.New("mcast: control datagram fails authentication")
+
+// open checks and decodes a datagram.
+func open(key, b []byte) (*msg, error) {
+	if len(b) < macLen {
+		return nil, errBadMAC
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(b[macLen:])
+	if !hmac.Equal(h.Sum(nil), b[:macLen]) {
+		return nil, errBadMAC
+	}
+	var m msg
+	if err := json.Unmarshal(b[macLen:], &m); err != nil {
+		return nil, fmt.Errorf("mcast: control datagram: %w", err)
+	}
+	return &m, nil
+}
+
+// listenGroup opens a UDP socket bound to group:port (so it receives that
+// group's datagrams only) that is a member of group on the interface.
+func listenGroup(group netip.Addr, port int, ifi *net.Interface) (*net.UDPConn, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), "mcast-control")
+	defer f.Close()
+	steps := []struct {
+		what string
+		err  error
+	}{
+		{"SO_REUSEADDR", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)},
+		{"bind", unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: group.As4()})},
+		{"IP_ADD_MEMBERSHIP", unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP,
+			&unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(ifi.Index)})},
+	}
+	for _, s := range steps {
+		if s.err != nil {
+			return nil, fmt.Errorf("mcast: control socket on %v:%d: %w", group, port, os.NewSyscallError(s.what, s.err))
+		}
+	}
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("mcast: control socket: %w", err)
+	}
+	return c.(*net.UDPConn), nil
+}
+
+// dialUnicast opens the socket a side sends from and receives answers on:
+// bound to the interface's address (an ephemeral port), multicasting out of
+// the interface with TTL 1.
+func dialUnicast(local netip.Addr, ifi *net.Interface) (*net.UDPConn, error) {
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, 0)))
+	if err != nil {
+		return nil, fmt.Errorf("mcast: control socket: %w", err)
+	}
+	raw, err := c.SyscallConn()
+	if err == nil {
+		var serr error
+		err = raw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptIPMreqn(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &unix.IPMreqn{Ifindex: int32(ifi.Index)})
+			if serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, 1)
+			}
+		})
+		if err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("mcast: control socket: setsockopt IP_MULTICAST_IF/TTL: %w", err)
+	}
+	return c, nil
+}
+
+// localIPv4 is the interface's first IPv4 address: the sender's and the
+// members' GID.
+func localIPv4(ifi *net.Interface) (netip.Addr, error) {
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("mcast: addresses of %s: %w", ifi.Name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+				return ip.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("mcast: %s has no IPv4 address", ifi.Name)
+}
+
+// CheckGroup refuses what is not an IPv4 multicast group.
+func CheckGroup(g netip.Addr) error {
+	if !g.Is4() || !g.IsMulticast() {
+		return fmt.Errorf("group %v: want an IPv4 multicast address (224.0.0.0/4; 239.0.0.0/8 is the organisation-local range)", g)
+	}
+	return nil
+}
