@@ -232,3 +232,44 @@ func TestPrivilegedMcastBlackhole(t *testing.T) {
 		t.Errorf("blackholed member wrote %d files, reported %q", len(ents), r.out.String())
 	}
 }
+
+// TestPrivilegedMcastUDP: the same over link/udp (the link's socket joins
+// the group; a later --link overrides the helpers' xsk): two members
+// byte-exact, ⌈len/segment⌉ frames, no retries.
+func TestPrivilegedMcastUDP(t *testing.T) {
+	netlab.Privileged(t)
+	const size = 3<<20 + 5
+	s := netlab.StarT(t, netlab.StarConfig{Members: 3})
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	file, want := randomFile(t, tmp, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var members []*recvProc
+	for _, m := range s.Members[1:] {
+		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1", "--link", "udp"))
+	}
+	time.Sleep(500 * time.Millisecond)
+	tx0 := txBytes(t, s.Members[0])
+	res, err, serr := runSend(t, ctx, bin, s.Members[0], file, "--link", "udp")
+	tx := txBytes(t, s.Members[0]) - tx0
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, serr)
+	}
+	if len(res.Members) != 2 || float64(tx) >= 1.2*float64(size) {
+		t.Fatalf("%d members, %d bytes transmitted for %d: %+v", len(res.Members), tx, size, res.Members)
+	}
+	for i, r := range members {
+		if err := r.cmd.Wait(); err != nil {
+			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
+		}
+		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("member %d: file %d bytes, err %v", i+1, len(got), err)
+		}
+	}
+	for _, m := range res.Members {
+		if !m.OK || m.Acked != res.Ops {
+			t.Errorf("member %v: %+v", m.Addr, m)
+		}
+	}
+}
