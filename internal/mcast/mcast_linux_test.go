@@ -273,3 +273,39 @@ func TestPrivilegedMcastUDP(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedMcastScaling (with -long) measures `mcast send` of 64 MiB
+// to 1, 2 and 4 members in one star (AF_XDP, 1500-byte MTU) and logs the
+// rates: one packet stream whatever the count, so the rate should hold.
+func TestPrivilegedMcastScaling(t *testing.T) {
+	netlab.Privileged(t)
+	if !*long {
+		t.Skip("a measurement: run with -long")
+	}
+	const size = 64 << 20
+	s := netlab.StarT(t, netlab.StarConfig{Members: 5})
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	file, _ := randomFile(t, tmp, size)
+	for _, n := range []int{1, 2, 4} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		var members []*recvProc
+		for _, m := range s.Members[1 : 1+n] {
+			members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
+		}
+		time.Sleep(500 * time.Millisecond)
+		res, err, serr := runSend(t, ctx, bin, s.Members[0], file, "--wait", "3s")
+		if err != nil || len(res.Members) != n {
+			t.Fatalf("%d members: %v, %+v\n%s", n, err, res.Members, serr)
+		}
+		retries := 0
+		for _, m := range res.Members {
+			retries += m.Retries
+		}
+		for _, r := range members {
+			r.cmd.Wait()
+		}
+		cancel()
+		t.Logf("%d members: 64 MiB in %v, %.1f MB/s, %d unicast retries", n, res.Elapsed, float64(size)/res.Elapsed.Seconds()/1e6, retries)
+	}
+}
