@@ -69,18 +69,18 @@ func startRecv(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, g
 }
 
 // runSend runs `mcast send` of file from m and decodes its JSON result.
-func runSend(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, file string, extra ...string) (*mcast.Result, error, string) {
+func runSend(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, file string, extra ...string) (res *mcast.Result, stderr string, err error) {
 	t.Helper()
 	args := append([]string{"mcast", "send", "--group", "239.1.2.3", "--dev", m.Name, "--link", "xsk", "--insecure", "--json", "--wait", "10s"}, extra...)
 	cmd := m.NS.Command(ctx, bin, append(args, file)...)
 	var out, serr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &serr
-	err := cmd.Run()
-	var res mcast.Result
-	if jerr := json.Unmarshal(out.Bytes(), &res); jerr != nil {
+	err = cmd.Run()
+	res = &mcast.Result{}
+	if jerr := json.Unmarshal(out.Bytes(), res); jerr != nil {
 		t.Fatalf("send: %v, printed %q: %v\n%s", err, out.String(), jerr, serr.String())
 	}
-	return &res, err, serr.String()
+	return res, serr.String(), err
 }
 
 func randomFile(t *testing.T, dir string, size int) (string, []byte) {
@@ -120,7 +120,7 @@ func TestPrivilegedMcastSend(t *testing.T) {
 	other := startRecv(t, ctx, bin, s.Members[4], "239.1.2.4")
 	time.Sleep(500 * time.Millisecond)
 	tx0 := txBytes(t, s.Members[0])
-	res, err, serr := runSend(t, ctx, bin, s.Members[0], file)
+	res, serr, err := runSend(t, ctx, bin, s.Members[0], file)
 	tx := txBytes(t, s.Members[0]) - tx0
 	if err != nil {
 		t.Fatalf("send: %v\n%s", err, serr)
@@ -197,7 +197,7 @@ func TestPrivilegedMcastBlackhole(t *testing.T) {
 		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
 	}
 	time.Sleep(500 * time.Millisecond)
-	res, err, serr := runSend(t, ctx, bin, s.Members[0], file, "--tries", "3")
+	res, serr, err := runSend(t, ctx, bin, s.Members[0], file, "--tries", "3")
 	if err == nil || !strings.Contains(err.Error(), "exit status 1") {
 		t.Errorf("send: %v, want exit status 1 (a member failed)\n%s", err, serr)
 	}
@@ -251,7 +251,7 @@ func TestPrivilegedMcastUDP(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	tx0 := txBytes(t, s.Members[0])
-	res, err, serr := runSend(t, ctx, bin, s.Members[0], file, "--link", "udp")
+	res, serr, err := runSend(t, ctx, bin, s.Members[0], file, "--link", "udp")
 	tx := txBytes(t, s.Members[0]) - tx0
 	if err != nil {
 		t.Fatalf("send: %v\n%s", err, serr)
@@ -294,7 +294,7 @@ func TestPrivilegedMcastScaling(t *testing.T) {
 			members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
 		}
 		time.Sleep(500 * time.Millisecond)
-		res, err, serr := runSend(t, ctx, bin, s.Members[0], file, "--wait", "3s")
+		res, serr, err := runSend(t, ctx, bin, s.Members[0], file, "--wait", "3s")
 		if err != nil || len(res.Members) != n {
 			t.Fatalf("%d members: %v, %+v\n%s", n, err, res.Members, serr)
 		}
