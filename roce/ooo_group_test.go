@@ -181,3 +181,42 @@ func TestUDMulticast(t *testing.T) {
 		t.Errorf("drop_unknown_qpn rose by %d after detach, want 1", d)
 	}
 }
+
+// TestOOOGroupBroadcast: a group WRITE to the subnet broadcast address
+// (ff:ff:ff:ff:ff:ff, given as ConnectOptions.DstMAC: a subnet's broadcast
+// address is not resolved) places at the member that bound its group
+// context to that address, and is acknowledged like a multicast one.
+func TestOOOGroupBroadcast(t *testing.T) {
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	bcast := netip.MustParseAddr("198.51.100.255")
+	x, y, _, _ := connectOOO(t, p, connCfg{}, 1)
+	m := newSide(t, p.a, roce.OOO, connCfg{}, 0)
+	if err := m.qp.Connect(0, roce.Endpoint{QPN: roce.MulticastQPN, GID: roce.GIDFromIP(bcast)},
+		&roce.ConnectOptions{DstMAC: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}); err != nil {
+		t.Fatal(err)
+	}
+	g := roce.MakeCtx(roce.GroupCtxLast, 1)
+	if err := y.qp.DefineGroupContext(g, roce.GroupRegion{Group: bcast, Addr: y.mr.Addr(), Len: 5000, RKey: y.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	fill(m.buf[:5000], 21)
+	if err := m.qp.PostSend(roce.SendWR{Opcode: roce.WROOOWrite, SGL: []roce.SGE{m.sge(0, 5000)},
+		RemoteCtx: g, TID: 1, Notify: roce.NotifyInitiator}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, x.scq); wc.Opcode != roce.WCOOODelivered || wc.Ctx != g || wc.SrcQPN != y.qp.QPN() {
+		t.Fatalf("acknowledgement %+v", wc)
+	}
+	if !bytes.Equal(y.buf[:5000], m.buf[:5000]) {
+		t.Fatal("broadcast WRITE data differs")
+	}
+	// Beyond the region: a protection error at the member, no acknowledgement.
+	if err := m.qp.PostSend(roce.SendWR{Opcode: roce.WROOOWrite, SGL: []roce.SGE{m.sge(0, 100)}, RemoteAddr: 4950,
+		RemoteCtx: g, TID: 2, Notify: roce.NotifyBoth}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, y.rcq); wc.Status != roce.WCRemAccessErr || wc.Ctx != g || wc.TID != 2 {
+		t.Fatalf("member's completion %+v, want a protection error", wc)
+	}
+	noWC(t, x.scq, 50*time.Millisecond)
+}
