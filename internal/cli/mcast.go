@@ -18,7 +18,7 @@ import (
 
 var mcastCommand = &Command{
 	Name:       "mcast",
-	ShortUsage: "xdproce mcast send --group ADDR --dev IF [flags] FILE | xdproce mcast recv --group ADDR --dev IF --dir DIR [flags]",
+	ShortUsage: "xdproce mcast send --group ADDR [--dev IF] [flags] FILE | xdproce mcast recv --group ADDR [--dev IF] --dir DIR [flags]",
 	ShortHelp:  "multicast a file to every member of a group (one packet stream, OOO WRITEs to group contexts)",
 	LongHelp: `'mcast recv' joins the IPv4 multicast group on --dev and announces itself on the
 group's control port; 'mcast send' listens there for --wait (or one second after the
@@ -33,7 +33,8 @@ every member that took the offer wrote the file.
 The control datagrams are authenticated with HMAC-SHA256 under --psk-file (the same
 key file as serve and send use); without a key, --insecure is required on both sides.
 'mcast recv' runs until interrupted or --count files, then prints the frames it
-dropped that were not for it (other groups, contexts it does not hold).
+dropped that were not for it (other groups, contexts it does not hold). --dev defaults to
+the interface of the route to the group.
 
 Examples:
   xdproce mcast recv --group 239.1.2.3 --dev eth1 --dir /srv/in --psk-file key
@@ -43,7 +44,8 @@ Examples:
 
 func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
 	var df deviceFlags
-	df.register(fs, true)
+	df.register(fs, false)
+	fs.StringVar(&df.dev, "dev", "", "network `interface` to run RoCEv2 on (default: the interface of the route to --group)")
 	group := fs.String("group", "", "IPv4 multicast `ADDR` (e.g. 239.1.2.3; required)")
 	port := fs.Int("port", mcast.DefaultPort, "control `PORT` on the group")
 	psk := fs.String("psk-file", "", "authenticate the control datagrams with the pre-shared key in `FILE`")
@@ -99,9 +101,14 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		} else if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--dir %s: not a directory", *dir)
 		}
+		if df.dev == "" {
+			if df.dev, err = routeDev(g.String()); err != nil {
+				return fmt.Errorf("mcast: --dev not given, and %w", err)
+			}
+		}
 		ifi, err := net.InterfaceByName(df.dev)
-		if err != nil && df.dev != "" {
-			return fmt.Errorf("unknown interface %q", df.dev)
+		if err != nil {
+			return fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", df.dev)
 		}
 		d, err := openDevice(env, cmd+" "+args[0], &df)
 		if err != nil {

@@ -57,9 +57,14 @@ type recvProc struct {
 
 func startRecv(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, group string, extra ...string) *recvProc {
 	t.Helper()
+	return startRecvArgs(t, ctx, bin, m.NS, append([]string{"--group", group, "--dev", m.Name, "--link", "xsk", "--insecure"}, extra...)...)
+}
+
+// startRecvArgs starts `mcast recv --dir DIR --json ARGS` in ns.
+func startRecvArgs(t *testing.T, ctx context.Context, bin string, ns *netlab.NS, args ...string) *recvProc {
+	t.Helper()
 	r := &recvProc{dir: t.TempDir()}
-	args := append([]string{"mcast", "recv", "--group", group, "--dev", m.Name, "--link", "xsk", "--dir", r.dir, "--insecure", "--json"}, extra...)
-	r.cmd = m.NS.Command(ctx, bin, args...)
+	r.cmd = ns.Command(ctx, bin, append([]string{"mcast", "recv", "--dir", r.dir, "--json"}, args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.err
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -71,8 +76,13 @@ func startRecv(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, g
 // runSend runs `mcast send` of file from m and decodes its JSON result.
 func runSend(t *testing.T, ctx context.Context, bin string, m *netlab.Iface, file string, extra ...string) (res *mcast.Result, stderr string, err error) {
 	t.Helper()
-	args := append([]string{"mcast", "send", "--group", "239.1.2.3", "--dev", m.Name, "--link", "xsk", "--insecure", "--json", "--wait", "10s"}, extra...)
-	cmd := m.NS.Command(ctx, bin, append(args, file)...)
+	return runSendArgs(t, ctx, bin, m.NS, append([]string{"--group", "239.1.2.3", "--dev", m.Name, "--link", "xsk", "--insecure", "--wait", "10s"}, append(extra, file)...)...)
+}
+
+// runSendArgs runs `mcast send --json ARGS` in ns.
+func runSendArgs(t *testing.T, ctx context.Context, bin string, ns *netlab.NS, args ...string) (res *mcast.Result, stderr string, err error) {
+	t.Helper()
+	cmd := ns.Command(ctx, bin, append([]string{"mcast", "send", "--json"}, args...)...)
 	var out, serr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &serr
 	err = cmd.Run()
@@ -307,5 +317,56 @@ func TestPrivilegedMcastScaling(t *testing.T) {
 		}
 		cancel()
 		t.Logf("%d members: 64 MiB in %v, %.1f MB/s, %d unicast retries", n, res.Elapsed, float64(size)/res.Elapsed.Seconds()/1e6, retries)
+	}
+}
+
+// TestPrivilegedMcastPSK: with --psk-file (and no --dev: the interface of
+// the route to the group), the members holding the sender's key get the
+// file; a member with another key is not heard (its announcements fail
+// authentication) and ends with nothing.
+func TestPrivilegedMcastPSK(t *testing.T) {
+	netlab.Privileged(t)
+	s := netlab.StarT(t, netlab.StarConfig{Members: 4})
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	file, want := randomFile(t, tmp, 1<<20+3)
+	key, other := filepath.Join(tmp, "key"), filepath.Join(tmp, "other")
+	for p, k := range map[string]string{key: "0123456789abcdef0123456789abcdef", other: "fedcba9876543210fedcba9876543210"} {
+		if err := os.WriteFile(p, []byte(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var good []*recvProc
+	for _, m := range s.Members[1:3] {
+		good = append(good, startRecvArgs(t, ctx, bin, m.NS, "--group", "239.1.2.3", "--psk-file", key, "--count", "1"))
+	}
+	bad := startRecvArgs(t, ctx, bin, s.Members[3].NS, "--group", "239.1.2.3", "--psk-file", other)
+	time.Sleep(500 * time.Millisecond)
+	res, serr, err := runSendArgs(t, ctx, bin, s.Members[0].NS, "--group", "239.1.2.3", "--psk-file", key, "--wait", "5s", file)
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, serr)
+	}
+	if len(res.Members) != 2 {
+		t.Fatalf("%d members, want the 2 with the key: %+v", len(res.Members), res.Members)
+	}
+	for _, m := range res.Members {
+		if m.Addr == s.Members[3].IPv4 || !m.OK {
+			t.Errorf("member %+v", m)
+		}
+	}
+	for i, r := range good {
+		if err := r.cmd.Wait(); err != nil {
+			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
+		}
+		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("member %d: file %d bytes, err %v", i+1, len(got), err)
+		}
+	}
+	bad.cmd.Process.Signal(syscall.SIGINT)
+	bad.cmd.Wait()
+	if ents, _ := os.ReadDir(bad.dir); len(ents) != 0 || bad.out.Len() != 0 {
+		t.Errorf("the member with another key wrote %d files, reported %q", len(ents), bad.out.String())
 	}
 }
