@@ -217,11 +217,15 @@ func (s *sender) discover(ctx context.Context) error {
 // offer connects a queue pair to each member and sends it the offer until
 // it is ready (within Wait).
 func (s *sender) offer(ctx context.Context, t *transport, o *msg) error {
+	var live []*member
 	for _, m := range s.members {
 		qp, err := t.connect(m.gid, m.qpn)
 		if err != nil {
-			return err
+			m.res.Error = err.Error() // not offered: it stays out, the others go on
+			s.cfg.Log.Warn("member left out", "addr", m.addr, "err", err)
+			continue
 		}
+		live = append(live, m)
 		m.qp = qp
 		s.byQPN[qp.QPN()] = m
 		n := s.cfg.Ctxs
@@ -232,7 +236,7 @@ func (s *sender) offer(ctx context.Context, t *transport, o *msg) error {
 	defer tick.Stop()
 	for {
 		pending := 0
-		for _, m := range s.members {
+		for _, m := range live {
 			if !m.ready {
 				pending++
 				om := *o
@@ -258,7 +262,7 @@ func (s *sender) offer(ctx context.Context, t *transport, o *msg) error {
 		}
 	}
 	ready := 0
-	for _, m := range s.members {
+	for _, m := range live {
 		if m.ready {
 			ready++
 		} else {
