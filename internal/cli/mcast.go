@@ -20,7 +20,7 @@ var mcastCommand = &Command{
 	Name:       "mcast",
 	ShortUsage: "xdproce mcast send --group ADDR [--dev IF] [flags] FILE | xdproce mcast recv --group ADDR [--dev IF] --dir DIR [flags]",
 	ShortHelp:  "multicast a file to every member of a group (one packet stream, OOO WRITEs to group contexts)",
-	LongHelp: `'mcast recv' joins the IPv4 multicast group on --dev and announces itself on the
+	LongHelp: `'mcast recv' joins the multicast group (IPv4 or IPv6) on --dev and announces itself on the
 group's control port; 'mcast send' listens there for --wait (or one second after the
 last new member), offers FILE to every member heard, and multicasts it once as OOO
 WRITEs to group contexts the members define on their own memory (docs/ooo.md).
@@ -46,7 +46,7 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	var df deviceFlags
 	df.register(fs, false)
 	fs.StringVar(&df.dev, "dev", "", "network `interface` to run RoCEv2 on (default: the interface of the route to --group)")
-	group := fs.String("group", "", "IPv4 multicast `ADDR` (e.g. 239.1.2.3; required)")
+	group := fs.String("group", "", "multicast group `ADDR` (e.g. 239.1.2.3 or ff15::1:2:3; required)")
 	port := fs.Int("port", mcast.DefaultPort, "control `PORT` on the group")
 	psk := fs.String("psk-file", "", "authenticate the control datagrams with the pre-shared key in `FILE`")
 	insecure := fs.Bool("insecure", false, "no key: anyone on the link can offer files (recv) or take them (send)")
@@ -63,7 +63,7 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		g, err := netip.ParseAddr(*group)
 		if err != nil {
-			return usageErrorf(cmd, "--group %q: want an IPv4 multicast address", *group)
+			return usageErrorf(cmd, "--group %q: want an IPv4 or IPv6 multicast address", *group)
 		}
 		if err := mcast.CheckGroup(g); err != nil {
 			return usageErrorf(cmd, "--%v", err)

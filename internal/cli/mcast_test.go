@@ -15,9 +15,9 @@ func TestMcastUsage(t *testing.T) {
 	}{
 		{[]string{"mcast"}, "want 'mcast send ... FILE' or 'mcast recv ...'"},
 		{[]string{"mcast", "push", "--group", "239.1.2.3"}, "want 'mcast send"},
-		{[]string{"mcast", "send", "--insecure", "f"}, `--group "": want an IPv4 multicast address`},
-		{[]string{"mcast", "send", "--group", "198.51.100.1", "--insecure", "f"}, "want an IPv4 multicast address (224.0.0.0/4"},
-		{[]string{"mcast", "send", "--group", "ff02::1", "--insecure", "f"}, "want an IPv4 multicast address"},
+		{[]string{"mcast", "send", "--insecure", "f"}, `--group "": want an IPv4 or IPv6 multicast address`},
+		{[]string{"mcast", "send", "--group", "198.51.100.1", "--insecure", "f"}, "want an IPv4 or IPv6 multicast address (239.0.0.0/8"},
+		{[]string{"mcast", "send", "--group", "2001:db8::1", "--insecure", "f"}, "want an IPv4 or IPv6 multicast address"},
 		{[]string{"mcast", "send", "--group", "239.1.2.3", "f"}, "--psk-file FILE is required (or --insecure"},
 		{[]string{"mcast", "send", "--group", "239.1.2.3", "--insecure", "--psk-file", "k", "f"}, "exclude each other"},
 		{[]string{"mcast", "send", "--group", "239.1.2.3", "--insecure"}, "mcast send takes one FILE"},

@@ -93,6 +93,32 @@ func runSendArgs(t *testing.T, ctx context.Context, bin string, ns *netlab.NS, a
 	return res, serr.String(), err
 }
 
+// newLab builds the star, the binary and a random file of size bytes; ctx
+// ends after d or with the test.
+func newLab(t *testing.T, cfg netlab.StarConfig, size int, d time.Duration) (*netlab.Star, string, string, []byte, context.Context) {
+	t.Helper()
+	s := netlab.StarT(t, cfg)
+	tmp := t.TempDir()
+	bin := buildCLI(t, tmp)
+	file, want := randomFile(t, tmp, size)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return s, bin, file, want, ctx
+}
+
+// checkFiles waits for the members and checks each wrote want.
+func checkFiles(t *testing.T, members []*recvProc, want []byte) {
+	t.Helper()
+	for i, r := range members {
+		if err := r.cmd.Wait(); err != nil {
+			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
+		}
+		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("member %d: file %d bytes, err %v (want %d bytes, byte-exact)", i+1, len(got), err, len(want))
+		}
+	}
+}
+
 func randomFile(t *testing.T, dir string, size int) (string, []byte) {
 	t.Helper()
 	b := make([]byte, size)
@@ -117,12 +143,7 @@ func TestPrivilegedMcastSend(t *testing.T) {
 	if *long {
 		size = 100 << 20
 	}
-	s := netlab.StarT(t, netlab.StarConfig{Members: 5})
-	tmp := t.TempDir()
-	bin := buildCLI(t, tmp)
-	file, want := randomFile(t, tmp, size)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	s, bin, file, want, ctx := newLab(t, netlab.StarConfig{Members: 5}, size, 5*time.Minute)
 	var members []*recvProc
 	for _, m := range s.Members[1:4] {
 		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
@@ -146,15 +167,7 @@ func TestPrivilegedMcastSend(t *testing.T) {
 	if float64(tx) >= 1.2*float64(size) {
 		t.Errorf("the sender transmitted %d bytes for a %d-byte file (≥ 1.2×)", tx, size)
 	}
-	for i, r := range members {
-		if err := r.cmd.Wait(); err != nil {
-			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
-		}
-		got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin"))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("member %d: file %d bytes, err %v (want %d bytes, byte-exact)", i+1, len(got), err, size)
-		}
-	}
+	checkFiles(t, members, want)
 	for _, m := range res.Members {
 		if !m.OK || m.Acked != res.Ops {
 			t.Errorf("member %v: %+v (want ok, %d operations acknowledged)", m.Addr, m, res.Ops)
@@ -194,14 +207,9 @@ func roceOnly(f []byte) bool {
 func TestPrivilegedMcastBlackhole(t *testing.T) {
 	netlab.Privileged(t)
 	const size = 2 << 20
-	s := netlab.StarT(t, netlab.StarConfig{Members: 4, Relays: map[int]netlab.RelayConfig{
+	s, bin, file, want, ctx := newLab(t, netlab.StarConfig{Members: 4, Relays: map[int]netlab.RelayConfig{
 		3: {Seed: 1, Loss: 1, Filter: roceOnly},
-	}})
-	tmp := t.TempDir()
-	bin := buildCLI(t, tmp)
-	file, want := randomFile(t, tmp, size)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	}}, size, 3*time.Minute)
 	var members []*recvProc
 	for _, m := range s.Members[1:] {
 		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1"))
@@ -226,14 +234,7 @@ func TestPrivilegedMcastBlackhole(t *testing.T) {
 			t.Errorf("member %v: %+v (want ok, no retries)", m.Addr, m)
 		}
 	}
-	for i, r := range members[:2] {
-		if err := r.cmd.Wait(); err != nil {
-			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
-		}
-		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("member %d: file %d bytes, err %v", i+1, len(got), err)
-		}
-	}
+	checkFiles(t, members[:2], want)
 	r := members[2]
 	if err := r.cmd.Wait(); err != nil {
 		t.Errorf("blackholed member: %v\n%s", err, r.err.String())
@@ -249,12 +250,7 @@ func TestPrivilegedMcastBlackhole(t *testing.T) {
 func TestPrivilegedMcastUDP(t *testing.T) {
 	netlab.Privileged(t)
 	const size = 3<<20 + 5
-	s := netlab.StarT(t, netlab.StarConfig{Members: 3})
-	tmp := t.TempDir()
-	bin := buildCLI(t, tmp)
-	file, want := randomFile(t, tmp, size)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	s, bin, file, want, ctx := newLab(t, netlab.StarConfig{Members: 3}, size, 2*time.Minute)
 	var members []*recvProc
 	for _, m := range s.Members[1:] {
 		members = append(members, startRecv(t, ctx, bin, m, "239.1.2.3", "--count", "1", "--link", "udp"))
@@ -269,14 +265,7 @@ func TestPrivilegedMcastUDP(t *testing.T) {
 	if len(res.Members) != 2 || float64(tx) >= 1.2*float64(size) {
 		t.Fatalf("%d members, %d bytes transmitted for %d: %+v", len(res.Members), tx, size, res.Members)
 	}
-	for i, r := range members {
-		if err := r.cmd.Wait(); err != nil {
-			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
-		}
-		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("member %d: file %d bytes, err %v", i+1, len(got), err)
-		}
-	}
+	checkFiles(t, members, want)
 	for _, m := range res.Members {
 		if !m.OK || m.Acked != res.Ops {
 			t.Errorf("member %v: %+v", m.Addr, m)
@@ -356,17 +345,44 @@ func TestPrivilegedMcastPSK(t *testing.T) {
 			t.Errorf("member %+v", m)
 		}
 	}
-	for i, r := range good {
-		if err := r.cmd.Wait(); err != nil {
-			t.Errorf("member %d: %v\n%s", i+1, err, r.err.String())
-		}
-		if got, err := os.ReadFile(filepath.Join(r.dir, "payload.bin")); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("member %d: file %d bytes, err %v", i+1, len(got), err)
-		}
-	}
+	checkFiles(t, good, want)
 	bad.cmd.Process.Signal(syscall.SIGINT)
 	bad.cmd.Wait()
 	if ents, _ := os.ReadDir(bad.dir); len(ents) != 0 || bad.out.Len() != 0 {
 		t.Errorf("the member with another key wrote %d files, reported %q", len(ents), bad.out.String())
+	}
+}
+
+// TestPrivilegedMcastIPv6: the same to an IPv6 group (ff15::1:2:3, MAC
+// 33:33:00:01:02:03; GIDs the members' global addresses) over AF_XDP: two
+// members byte-exact, no retries, the sender's interface under 1.2× the
+// file.
+func TestPrivilegedMcastIPv6(t *testing.T) {
+	netlab.Privileged(t)
+	const size = 2<<20 + 11
+	const group = "ff15::1:2:3"
+	s, bin, file, want, ctx := newLab(t, netlab.StarConfig{Members: 3}, size, 2*time.Minute)
+	var members []*recvProc
+	for _, m := range s.Members[1:] {
+		members = append(members, startRecv(t, ctx, bin, m, group, "--count", "1"))
+	}
+	time.Sleep(500 * time.Millisecond)
+	tx0 := txBytes(t, s.Members[0])
+	start := time.Now()
+	res, serr, err := runSendArgs(t, ctx, bin, s.Members[0].NS, "--group", group, "--dev", s.Members[0].Name,
+		"--link", "xsk", "--insecure", "--wait", "5s", file)
+	tx := txBytes(t, s.Members[0]) - tx0
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, serr)
+	}
+	t.Logf("send ran %v, data %v", time.Since(start), res.Elapsed)
+	if len(res.Members) != 2 || float64(tx) >= 1.2*float64(size) {
+		t.Fatalf("%d members, %d bytes transmitted for %d: %+v", len(res.Members), tx, size, res.Members)
+	}
+	checkFiles(t, members, want)
+	for _, m := range res.Members {
+		if !m.OK || m.Retries != 0 || !m.GID.Is6() {
+			t.Errorf("member %+v", m)
+		}
 	}
 }

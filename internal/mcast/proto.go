@@ -127,27 +127,37 @@ func open(key, b []byte) (*msg, error) {
 	return &m, nil
 }
 
-// localIPv4 is the interface's first IPv4 address: the sender's and the
-// members' GID.
-func localIPv4(ifi *net.Interface) (netip.Addr, error) {
+// localAddr is the interface's first address of group's family (IPv6: a
+// global one): the side's GID and control address.
+func localAddr(ifi *net.Interface, group netip.Addr) (netip.Addr, error) {
 	addrs, err := ifi.Addrs()
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("mcast: addresses of %s: %w", ifi.Name, err)
 	}
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() == group.Is4() && !ip.IsLinkLocalUnicast() {
 				return ip.Unmap(), nil
 			}
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("mcast: %s has no IPv4 address", ifi.Name)
+	fam := "IPv4"
+	if group.Is6() {
+		fam = "global IPv6"
+	}
+	return netip.Addr{}, fmt.Errorf("mcast: %s has no %s address (for group %v)", ifi.Name, fam, group)
 }
 
-// CheckGroup refuses what is not an IPv4 multicast group.
+// CheckGroup refuses what is not a multicast group.
 func CheckGroup(g netip.Addr) error {
-	if !g.Is4() || !g.IsMulticast() {
-		return fmt.Errorf("group %v: want an IPv4 multicast address (224.0.0.0/4; 239.0.0.0/8 is the organisation-local range)", g)
+	if !g.IsMulticast() || g.Is4In6() || g.Zone() != "" {
+		return fmt.Errorf("group %v: want an IPv4 or IPv6 multicast address (239.0.0.0/8 and ff15::/16 are local to an organisation or site)", g)
 	}
 	return nil
+}
+
+// sameFamily parses a peer's GID and checks it is of group's family.
+func sameFamily(gid string, group netip.Addr) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(gid)
+	return a, err == nil && a.Is4() == group.Is4() && a.Zone() == ""
 }

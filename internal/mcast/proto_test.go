@@ -27,8 +27,8 @@ func TestSealOpen(t *testing.T) {
 	}
 }
 
-// TestCheckNameGroup: offers name base names only; groups are IPv4
-// multicast.
+// TestCheckNameGroup: offers name base names only; groups are IPv4 or
+// IPv6 multicast addresses.
 func TestCheckNameGroup(t *testing.T) {
 	for _, n := range []string{"", ".", "..", "a/b", "../x", "/etc/passwd"} {
 		if checkName(n) == nil {
@@ -38,12 +38,14 @@ func TestCheckNameGroup(t *testing.T) {
 	if err := checkName("image.iso"); err != nil {
 		t.Error(err)
 	}
-	for _, g := range []string{"198.51.100.1", "ff02::1", "255.255.255.255"} {
+	for _, g := range []string{"198.51.100.1", "2001:db8::1", "255.255.255.255", "::ffff:239.1.2.3", "ff02::1%eth0"} {
 		if CheckGroup(netip.MustParseAddr(g)) == nil {
 			t.Errorf("group %s accepted", g)
 		}
 	}
-	if err := CheckGroup(netip.MustParseAddr("239.1.2.3")); err != nil {
-		t.Error(err)
+	for _, g := range []string{"239.1.2.3", "ff15::1:2:3"} {
+		if err := CheckGroup(netip.MustParseAddr(g)); err != nil {
+			t.Error(err)
+		}
 	}
 }

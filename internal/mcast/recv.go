@@ -77,7 +77,7 @@ func NewMember(cfg RecvConfig) (*Member, error) {
 	mb := &Member{cfg: cfg, ctl: ctl{key: cfg.PSK, log: cfg.Log, in: make(chan packet, 64)},
 		group: net.UDPAddrFromAddrPort(netip.AddrPortFrom(cfg.Group, uint16(cfg.Port)))}
 	var err error
-	if mb.local, err = localIPv4(cfg.Iface); err != nil {
+	if mb.local, err = localAddr(cfg.Iface, cfg.Group); err != nil {
 		return nil, err
 	}
 	if mb.leave, err = cfg.Dev.JoinGroup(cfg.Group); err != nil {
@@ -125,9 +125,10 @@ func (mb *Member) newPlace() (*place, error) {
 // take binds the offer's group contexts to a buffer of its size and
 // connects to the sender's queue pair.
 func (p *place) take(mb *Member, o *msg) error {
-	gid, err := netip.ParseAddr(o.GID)
+	gid, ok := sameFamily(o.GID, mb.cfg.Group)
+	var err error
 	switch {
-	case err != nil || !gid.Is4():
+	case !ok:
 		return fmt.Errorf("offer: sender GID %q", o.GID)
 	case o.Size < 0 || o.Size > mb.cfg.MaxSize:
 		return fmt.Errorf("offer: %d bytes, this member takes at most %d", o.Size, mb.cfg.MaxSize)

@@ -122,7 +122,7 @@ func Send(ctx context.Context, cfg Config, name string, data []byte) (*Result, e
 	}
 	s := &sender{cfg: cfg, ctl: ctl{key: cfg.PSK, log: cfg.Log, in: make(chan packet, 64)}, byQPN: map[uint32]*member{}}
 	var err error
-	if s.local, err = localIPv4(cfg.Iface); err != nil {
+	if s.local, err = localAddr(cfg.Iface, cfg.Group); err != nil {
 		return nil, err
 	}
 	var b [8]byte
@@ -196,8 +196,8 @@ func (s *sender) discover(ctx context.Context) error {
 			if m.Kind != kindHello || seen[m.Member] {
 				continue
 			}
-			gid, err := netip.ParseAddr(m.GID)
-			if err != nil || !gid.Is4() || m.QPN == 0 {
+			gid, ok := sameFamily(m.GID, s.cfg.Group)
+			if !ok || m.QPN == 0 {
 				continue
 			}
 			seen[m.Member] = true

@@ -87,6 +87,7 @@ func (q *QP) DefineGroupContext(x wire.Ctx, reg GroupRegion) error {
 	if !reg.Group.IsValid() {
 		return errors.New("qp: define group context: no group address")
 	}
+	reg.Group = reg.Group.Unmap()
 	if _, err := q.tbl.Remote(q.pd, reg.RKey, reg.Addr, reg.Len, mr.RemoteWrite); err != nil {
 		return fmt.Errorf("qp: define group context %v: region: %w", x, err)
 	}
