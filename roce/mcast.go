@@ -2,6 +2,7 @@ package roce
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -121,6 +122,38 @@ func groupMAC(ip netip.Addr) ([6]byte, bool) {
 	return [6]byte{}, false
 }
 
+// IsBroadcastOf reports whether a is an IPv4 broadcast address of the
+// interface with index ifindex: 255.255.255.255, or the broadcast address
+// of one of its IPv4 subnets (of /30 or wider).
+func IsBroadcastOf(ifindex int, a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.Is4() {
+		return false
+	}
+	if a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return true
+	}
+	ifi, err := net.InterfaceByIndex(ifindex)
+	if err != nil {
+		return false
+	}
+	addrs, _ := ifi.Addrs()
+	for _, ad := range addrs {
+		n, ok := ad.(*net.IPNet)
+		if !ok || n.IP.To4() == nil || len(n.Mask) != net.IPv4len {
+			continue
+		}
+		var b [4]byte
+		for i, x := range n.IP.To4() {
+			b[i] = x | ^n.Mask[i]
+		}
+		if ones, _ := n.Mask.Size(); ones < 31 && netip.AddrFrom4(b) == a {
+			return true
+		}
+	}
+	return false
+}
+
 // A GroupRegion binds a group context to this side's memory: Len bytes at
 // Addr of a region registered with remote write access (RKey, which stays
 // on this device), for frames sent to Group.
@@ -192,22 +225,27 @@ func (q *QP) DetachMcast(gid netip.Addr) error {
 // groupJoiner joins multicast groups on a device's interface.
 type groupJoiner interface {
 	join(group netip.Addr) (leave func() error, err error)
+	// broadcast reports whether a is an IPv4 broadcast address of the
+	// interface: 255.255.255.255 or a subnet's.
+	broadcast(a netip.Addr) bool
 }
 
 // JoinGroup makes the device's interface a member of the multicast group
 // (an IPv4 or IPv6 multicast address): the interface then accepts the
 // group's MAC, and the group's RoCE frames reach the device (on AF_XDP the
 // steering program redirects frames to a joined group as to one of the
-// interface's addresses; link/udp's socket joins it). Call leave to undo.
-// Frames reaching the device go to the queue pairs that defined group
-// contexts for the group or attached to it (AttachMcast).
+// interface's addresses; link/udp's socket joins it). group may also be an
+// IPv4 broadcast address of the interface (255.255.255.255 or its subnet's):
+// there is nothing to join, the steering program takes its RoCE frames.
+// Call leave to undo. Frames reaching the device go to the queue pairs that
+// defined group contexts for the address or attached to it (AttachMcast).
 func (d *Device) JoinGroup(group netip.Addr) (leave func() error, err error) {
 	group = IPFromGID(group)
-	if !group.IsMulticast() {
-		return nil, fmt.Errorf("roce: join group %v: not a multicast address", group)
-	}
 	if d.join == nil {
 		return nil, fmt.Errorf("roce: join group %v: the %s link cannot join groups", group, d.LinkName())
+	}
+	if !group.IsMulticast() && !d.join.broadcast(group) {
+		return nil, fmt.Errorf("roce: join group %v: neither a multicast address nor a broadcast address of the interface", group)
 	}
 	leave, err = d.join.join(group)
 	if err != nil {

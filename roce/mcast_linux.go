@@ -48,12 +48,22 @@ func (j *ifaceJoiner) join(group netip.Addr) (func() error, error) {
 		return nil, errors.New("joined already")
 	}
 	var leave func() error
-	if j.udp != nil {
+	switch {
+	case !group.IsMulticast() && j.udp != nil:
+		// A broadcast: the link's socket, bound to all addresses,
+		// receives it as it is.
+		leave = func() error { return nil }
+	case !group.IsMulticast():
+		if err := j.xdp.AddLocalIP(group); err != nil {
+			return nil, err
+		}
+		leave = func() error { return j.xdp.RemoveLocalIP(group) }
+	case j.udp != nil:
 		if err := j.udp.JoinGroup(group, j.ifindex); err != nil {
 			return nil, err
 		}
 		leave = func() error { return j.udp.LeaveGroup(group, j.ifindex) }
-	} else {
+	default:
 		// The membership (so the interface accepts the group's MAC, and
 		// the kernel answers IGMP/MLD queries) lives on a socket of its
 		// own, never bound, so it receives nothing; the program then
@@ -87,6 +97,8 @@ func (j *ifaceJoiner) join(group netip.Addr) (func() error, error) {
 		return err
 	}, nil
 }
+
+func (j *ifaceJoiner) broadcast(a netip.Addr) bool { return IsBroadcastOf(j.ifindex, a) }
 
 // joinSocket opens a UDP socket that is a member of group on the interface
 // ifindex.

@@ -46,7 +46,7 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	var df deviceFlags
 	df.register(fs, false)
 	fs.StringVar(&df.dev, "dev", "", "network `interface` to run RoCEv2 on (default: the interface of the route to --group)")
-	group := fs.String("group", "", "multicast group `ADDR` (e.g. 239.1.2.3 or ff15::1:2:3; required)")
+	group := fs.String("group", "", "multicast group `ADDR` (e.g. 239.1.2.3 or ff15::1:2:3), or the subnet's broadcast address (required)")
 	port := fs.Int("port", mcast.DefaultPort, "control `PORT` on the group")
 	psk := fs.String("psk-file", "", "authenticate the control datagrams with the pre-shared key in `FILE`")
 	insecure := fs.Bool("insecure", false, "no key: anyone on the link can offer files (recv) or take them (send)")
@@ -64,9 +64,6 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		g, err := netip.ParseAddr(*group)
 		if err != nil {
 			return usageErrorf(cmd, "--group %q: want an IPv4 or IPv6 multicast address", *group)
-		}
-		if err := mcast.CheckGroup(g); err != nil {
-			return usageErrorf(cmd, "--%v", err)
 		}
 		var key []byte
 		switch {
@@ -93,14 +90,6 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		case send && (*tries < 1 || *wait <= 0):
 			return usageErrorf(cmd, "--tries and --wait must be positive")
 		}
-		var data []byte
-		if send {
-			if data, err = os.ReadFile(args[1]); err != nil {
-				return err
-			}
-		} else if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
-			return fmt.Errorf("--dir %s: not a directory", *dir)
-		}
 		if df.dev == "" {
 			if df.dev, err = routeDev(g.String()); err != nil {
 				return fmt.Errorf("mcast: --dev not given, and %w", err)
@@ -109,6 +98,17 @@ func setupMcast(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		ifi, err := net.InterfaceByName(df.dev)
 		if err != nil {
 			return fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", df.dev)
+		}
+		if err := mcast.CheckDest(g, ifi); err != nil {
+			return usageErrorf(cmd, "--%v", err)
+		}
+		var data []byte
+		if send {
+			if data, err = os.ReadFile(args[1]); err != nil {
+				return err
+			}
+		} else if st, err := os.Stat(*dir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--dir %s: not a directory", *dir)
 		}
 		d, err := openDevice(env, cmd+" "+args[0], &df)
 		if err != nil {

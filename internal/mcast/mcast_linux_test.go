@@ -353,36 +353,39 @@ func TestPrivilegedMcastPSK(t *testing.T) {
 	}
 }
 
-// TestPrivilegedMcastIPv6: the same to an IPv6 group (ff15::1:2:3, MAC
-// 33:33:00:01:02:03; GIDs the members' global addresses) over AF_XDP: two
-// members byte-exact, no retries, the sender's interface under 1.2× the
+// TestPrivilegedMcastDest: the same to an IPv6 group (ff15::1:2:3, MAC
+// 33:33:00:01:02:03; the GIDs are the members' global addresses) and to the
+// subnet broadcast 198.51.100.255 (ff:ff:ff:ff:ff:ff; nothing to join, the
+// steering program takes it) over AF_XDP: two members byte-exact,
+// ⌈len/segment⌉ frames, no retries, the sender's interface under 1.2× the
 // file.
-func TestPrivilegedMcastIPv6(t *testing.T) {
+func TestPrivilegedMcastDest(t *testing.T) {
 	netlab.Privileged(t)
-	const size = 2<<20 + 11
-	const group = "ff15::1:2:3"
-	s, bin, file, want, ctx := newLab(t, netlab.StarConfig{Members: 3}, size, 2*time.Minute)
-	var members []*recvProc
-	for _, m := range s.Members[1:] {
-		members = append(members, startRecv(t, ctx, bin, m, group, "--count", "1"))
-	}
-	time.Sleep(500 * time.Millisecond)
-	tx0 := txBytes(t, s.Members[0])
-	start := time.Now()
-	res, serr, err := runSendArgs(t, ctx, bin, s.Members[0].NS, "--group", group, "--dev", s.Members[0].Name,
-		"--link", "xsk", "--insecure", "--wait", "5s", file)
-	tx := txBytes(t, s.Members[0]) - tx0
-	if err != nil {
-		t.Fatalf("send: %v\n%s", err, serr)
-	}
-	t.Logf("send ran %v, data %v", time.Since(start), res.Elapsed)
-	if len(res.Members) != 2 || float64(tx) >= 1.2*float64(size) {
-		t.Fatalf("%d members, %d bytes transmitted for %d: %+v", len(res.Members), tx, size, res.Members)
-	}
-	checkFiles(t, members, want)
-	for _, m := range res.Members {
-		if !m.OK || m.Retries != 0 || !m.GID.Is6() {
-			t.Errorf("member %+v", m)
-		}
+	for _, dest := range []string{"ff15::1:2:3", "198.51.100.255"} {
+		t.Run(dest, func(t *testing.T) {
+			const size = 2<<20 + 7
+			s, bin, file, want, ctx := newLab(t, netlab.StarConfig{Members: 3}, size, 2*time.Minute)
+			var members []*recvProc
+			for _, m := range s.Members[1:] {
+				members = append(members, startRecv(t, ctx, bin, m, dest, "--count", "1"))
+			}
+			time.Sleep(500 * time.Millisecond)
+			tx0 := txBytes(t, s.Members[0])
+			res, serr, err := runSendArgs(t, ctx, bin, s.Members[0].NS, "--group", dest, "--dev", s.Members[0].Name,
+				"--link", "xsk", "--insecure", "--wait", "5s", file)
+			tx := txBytes(t, s.Members[0]) - tx0
+			if err != nil {
+				t.Fatalf("send: %v\n%s", err, serr)
+			}
+			if len(res.Members) != 2 || float64(tx) >= 1.2*float64(size) || res.Frames != (size+res.Segment-1)/res.Segment {
+				t.Fatalf("%d members, %d frames, %d bytes transmitted for %d: %+v", len(res.Members), res.Frames, tx, size, res.Members)
+			}
+			checkFiles(t, members, want)
+			for _, m := range res.Members {
+				if !m.OK || m.Retries != 0 || m.Acked != res.Ops || m.GID.Is6() != strings.Contains(dest, ":") {
+					t.Errorf("member %+v", m)
+				}
+			}
+		})
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+
+	"github.com/xdproce/xdproce/roce"
 )
 
 // DefaultPort is the control port on the group.
@@ -152,6 +154,18 @@ func localAddr(ifi *net.Interface, group netip.Addr) (netip.Addr, error) {
 func CheckGroup(g netip.Addr) error {
 	if !g.IsMulticast() || g.Is4In6() || g.Zone() != "" {
 		return fmt.Errorf("group %v: want an IPv4 or IPv6 multicast address (239.0.0.0/8 and ff15::/16 are local to an organisation or site)", g)
+	}
+	return nil
+}
+
+// CheckDest accepts a multicast group (CheckGroup) or an IPv4 broadcast
+// address of ifi (255.255.255.255 or its subnet's).
+func CheckDest(g netip.Addr, ifi *net.Interface) error {
+	if !g.IsMulticast() && g.Is4() && roce.IsBroadcastOf(ifi.Index, g) {
+		return nil
+	}
+	if err := CheckGroup(g); err != nil {
+		return fmt.Errorf("%w, or a broadcast address of %s", err, ifi.Name)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func NewMember(cfg RecvConfig) (*Member, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := CheckGroup(cfg.Group); err != nil {
+	if err := CheckDest(cfg.Group, cfg.Iface); err != nil {
 		return nil, err
 	}
 	mb := &Member{cfg: cfg, ctl: ctl{key: cfg.PSK, log: cfg.Log, in: make(chan packet, 64)},

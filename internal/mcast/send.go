@@ -114,7 +114,7 @@ type sender struct {
 // members that announce themselves on cfg.Group, and reports per member.
 func Send(ctx context.Context, cfg Config, name string, data []byte) (*Result, error) {
 	cfg.defaults()
-	if err := CheckGroup(cfg.Group); err != nil {
+	if err := CheckDest(cfg.Group, cfg.Iface); err != nil {
 		return nil, err
 	}
 	if cfg.Ctxs < 1 || cfg.Ctxs > 64 || cfg.Chunk < 1 || cfg.Chunk > 1<<30 {

@@ -10,7 +10,8 @@ import (
 )
 
 // listenGroup opens a UDP socket bound to group:port (so it receives that
-// group's datagrams only) that is a member of group on the interface.
+// group's datagrams only) that is a member of group on the interface (a
+// broadcast address has nothing to join).
 func listenGroup(group netip.Addr, port int, ifi *net.Interface) (*net.UDPConn, error) {
 	fam := unix.AF_INET
 	if group.Is6() {
@@ -29,14 +30,18 @@ func listenGroup(group netip.Addr, port int, ifi *net.Interface) (*net.UDPConn, 
 	steps := []step{
 		{"SO_REUSEADDR", func() error { return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1) }},
 	}
-	if group.Is4() {
+	switch {
+	case !group.IsMulticast(): // a broadcast address: nothing to join
+		steps = append(steps,
+			step{"bind", func() error { return unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: group.As4()}) }})
+	case group.Is4():
 		steps = append(steps,
 			step{"bind", func() error { return unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: group.As4()}) }},
 			step{"IP_ADD_MEMBERSHIP", func() error {
 				return unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP,
 					&unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(ifi.Index)})
 			}})
-	} else {
+	default:
 		steps = append(steps,
 			step{"bind", func() error {
 				return unix.Bind(fd, &unix.SockaddrInet6{Port: port, Addr: group.As16(), ZoneId: uint32(ifi.Index)})
@@ -60,7 +65,7 @@ func listenGroup(group netip.Addr, port int, ifi *net.Interface) (*net.UDPConn, 
 
 // dialUnicast opens the socket a side sends from and receives answers on:
 // bound to the interface's address (an ephemeral port), multicasting out of
-// the interface with TTL (hop limit) 1.
+// the interface with TTL (hop limit) 1, allowed to broadcast.
 func dialUnicast(local netip.Addr, ifi *net.Interface) (*net.UDPConn, error) {
 	network := "udp4"
 	if local.Is6() {
@@ -84,6 +89,9 @@ func dialUnicast(local netip.Addr, ifi *net.Interface) (*net.UDPConn, error) {
 			serr = unix.SetsockoptIPMreqn(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &unix.IPMreqn{Ifindex: int32(ifi.Index)})
 			if serr == nil {
 				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, 1)
+			}
+			if serr == nil { // hellos to a broadcast address
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_BROADCAST, 1)
 			}
 		})
 		if err == nil {

@@ -3,6 +3,7 @@ package mcast
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -54,7 +55,13 @@ func newTransport(cfg Config, data []byte) (*transport, error) {
 		t.close()
 		return nil, fmt.Errorf("mcast: %w", err)
 	}
-	if err := t.mq.Connect(0, roce.Endpoint{QPN: roce.MulticastQPN, GID: roce.GIDFromIP(cfg.Group)}, nil); err != nil {
+	var opts *roce.ConnectOptions
+	if !cfg.Group.IsMulticast() { // a broadcast (CheckDest): its MAC, not a neighbour's
+		o := roce.DefaultConnectOptions()
+		o.DstMAC = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+		opts = &o
+	}
+	if err := t.mq.Connect(0, roce.Endpoint{QPN: roce.MulticastQPN, GID: roce.GIDFromIP(cfg.Group)}, opts); err != nil {
 		t.close()
 		return nil, fmt.Errorf("mcast: %w", err)
 	}

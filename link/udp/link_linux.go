@@ -176,6 +176,9 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 		// takes its IDs from a per-socket counter (inet_id) instead.
 		{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
 		{unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO"},
+		// A device may send to an IPv4 broadcast address (a group
+		// context bound to the subnet broadcast; docs/ooo.md).
+		{unix.SOL_SOCKET, unix.SO_BROADCAST, 1, "SO_BROADCAST"},
 	}
 	if l.v6 {
 		opts = append(opts,
