@@ -12,10 +12,14 @@ const (
 	// ErrUnknownOpcode, as any other opcode this package does not know, so
 	// a receiver that did not negotiate OOO mode drops them as malformed.
 	AcceptOOO
+	// AcceptSR accepts the selective-repeat opcodes (Transport SR: SR_SACK,
+	// docs/sr-wire.md). Without it they are ErrUnknownOpcode: a queue pair
+	// that did not negotiate selective repeat never reads one.
+	AcceptSR
 )
 
 // DecodeWith is Decode (flags 0) or DecodeWritable (InPlace), widened by
-// AcceptOOO. It does not allocate and does not panic on any input.
+// AcceptOOO and AcceptSR. It does not allocate and does not panic on any input.
 func (p *Packet) DecodeWith(frame []byte, flags DecodeFlags) error {
 	return p.decode(frame, flags)
 }

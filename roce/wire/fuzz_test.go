@@ -41,7 +41,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p wire.Packet
 		err := checkWritable(t, "fuzz input", data)
-		if perr := p.DecodeWith(data, wire.AcceptOOO); perr != err {
+		if perr := p.DecodeWith(data, acceptVendor); perr != err {
 			t.Fatalf("Decode: %v, then %v", err, perr)
 		}
 		if _, cerr := wire.ComputeICRC(data); err == nil && cerr != nil {
@@ -70,7 +70,7 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		var r wire.Packet
-		if err := r.DecodeWith(buf[:n], wire.AcceptOOO); err != nil {
+		if err := r.DecodeWith(buf[:n], acceptVendor); err != nil {
 			t.Fatalf("re-encoded frame does not decode: %v", err)
 		}
 		// Moving the IPv4 ID keeps a right ICRC right and never panics.
@@ -120,7 +120,7 @@ func FuzzGopacket(f *testing.F) {
 			t.Fatalf("BTH layer serialises differently\n got %x\nwant %x", sb.Bytes(), udp.Payload)
 		}
 		var p wire.Packet
-		if err := p.DecodeWith(data, wire.AcceptOOO); err == nil && (p.BTH != l.BTH || !bytes.Equal(p.Payload, l.Payload) ||
+		if err := p.DecodeWith(data, acceptVendor); err == nil && (p.BTH != l.BTH || !bytes.Equal(p.Payload, l.Payload) ||
 			p.XRH != l.XRH || p.XRR != l.XRR || p.XCS != l.XCS || p.XTPTarget != l.XTPTarget || p.XTPController != l.XTPController) {
 			t.Fatal("Packet.Decode and the BTH layer disagree")
 		}

@@ -78,7 +78,7 @@ func payloadType(b []byte) gopacket.LayerType {
 func (l *BTHLayer) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error {
 	var p Packet
 	*l = BTHLayer{}
-	err := p.decodeTransport(data, true)
+	err := p.decodeTransport(data, AcceptOOO|AcceptSR)
 	if err != nil {
 		if err == errBTHShort || err == errExtShort {
 			df.SetTruncated()

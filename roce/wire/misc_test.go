@@ -66,6 +66,8 @@ var opcodeFacts = []struct {
 	{0xC2, "OOO_COMPLETION", wire.HasXRH | wire.HasXCS, 40, false, false},
 	{0xC3, "OOO_3P_READ_REQ", wire.HasRETH | wire.HasXRH | wire.HasXRR | wire.HasXTPTarget | wire.HasXTPController, 112, false, true},
 	{0xC4, "OOO_3P_WRITE", wire.HasRETH | wire.HasXRH | wire.HasXTPController, 76, true, true},
+	// Selective repeat (docs/sr-wire.md): AETH, then the 32-byte SACK bitmap as payload.
+	{0xE0, "SR_SACK", wire.HasAETH, 16, true, false},
 }
 
 func TestOpcodeTable(t *testing.T) {
@@ -83,7 +85,7 @@ func TestOpcodeTable(t *testing.T) {
 		if info.Headers != f.headers || info.HdrLen != f.hdrLen || info.Payload != f.payload || info.Request != f.request {
 			t.Errorf("%s: %+v, want headers %v len %d payload %v request %v", f.name, info, f.headers, f.hdrLen, f.payload, f.request)
 		}
-		tr := map[string]wire.Transport{"RC": wire.RC, "UC": wire.UC, "UD": wire.UD, "CNP": wire.CNPTransport, "OOO": wire.OOO}[strings.SplitN(f.name, "_", 2)[0]]
+		tr := map[string]wire.Transport{"RC": wire.RC, "UC": wire.UC, "UD": wire.UD, "CNP": wire.CNPTransport, "OOO": wire.OOO, "SR": wire.SR}[strings.SplitN(f.name, "_", 2)[0]]
 		if info.Transport != tr {
 			t.Errorf("%s: transport %v, want %v", f.name, info.Transport, tr)
 		}
@@ -128,7 +130,7 @@ func TestOpcodeTable(t *testing.T) {
 	if diff := cmp.Diff(known, wire.Opcodes()); diff != "" {
 		t.Errorf("Opcodes() (-want +got):\n%s", diff)
 	}
-	for _, o := range []wire.Opcode{0x15, 0x18, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xC5, 0xDF, 0xE0, 0xFF} {
+	for _, o := range []wire.Opcode{0x15, 0x18, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xC5, 0xDF, 0xE1, 0xFF} {
 		if _, ok := o.Info(); ok || o.Known() {
 			t.Errorf("%#x: known", uint8(o))
 		}

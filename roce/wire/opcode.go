@@ -65,6 +65,18 @@ const (
 	OOO3PWrite    Opcode = 0xC4 // as OOOWrite + XTP controller
 )
 
+// SRSack is xdproce's selective-repeat acknowledgement (docs/sr-wire.md),
+// in the manufacturer-specific range 0xE0..0xFF: BTH + AETH + a 32-byte
+// bitmap of the PSNs the responder holds past the first missing one (the
+// BTH PSN). Decode refuses it unless asked (AcceptSR): only a queue pair
+// that negotiated selective repeat sends or reads it.
+const SRSack Opcode = 0xE0
+
+// SACKLen is the length of the SR_SACK bitmap (its payload): bit i (byte
+// i/8, bit i%8 from the least significant) says the PSN BTH.PSN+1+i was
+// received.
+const SACKLen = 32
+
 // Transport is the service an opcode belongs to.
 type Transport uint8
 
@@ -75,9 +87,10 @@ const (
 	UD
 	CNPTransport
 	OOO // manufacturer-specific opcodes 0xC0..0xDF: out-of-order RDMA over datagrams
+	SR  // manufacturer-specific opcodes 0xE0..: selective repeat on RC queue pairs
 )
 
-var transportNames = [...]string{"Transport(0)", "RC", "UC", "UD", "CNP", "OOO"}
+var transportNames = [...]string{"Transport(0)", "RC", "UC", "UD", "CNP", "OOO", "SR"}
 
 func (t Transport) String() string {
 	if int(t) < len(transportNames) {
@@ -267,6 +280,8 @@ var opTable = [256]OpInfo{
 	OOO3PReadReq: op("OOO_3P_READ_REQ", OOO, KindReadRequest, PosOnly,
 		HasRETH|HasXRH|HasXRR|HasXTPTarget|HasXTPController, false, true),
 	OOO3PWrite: op("OOO_3P_WRITE", OOO, KindWrite, PosOnly, HasRETH|HasXRH|HasXTPController, true, true),
+
+	SRSack: op("SR_SACK", SR, KindAck, PosOnly, HasAETH, true, false),
 }
 
 // Info returns the table entry of o; ok is false for opcodes this package
@@ -313,6 +328,10 @@ func payloadRule(info *OpInfo, n int) (code int) {
 		if n != cnpReservedLen {
 			return ruleCNP
 		}
+	case info.Transport == SR:
+		if n != SACKLen {
+			return ruleSACK
+		}
 	case !info.Payload:
 		if n != 0 {
 			return ruleNone
@@ -338,6 +357,7 @@ const (
 	ruleEmpty
 	ruleLong
 	ruleCNP
+	ruleSACK
 )
 
 // MaxPayload is the largest payload of one packet (the 4096-byte IB MTU).

@@ -245,7 +245,7 @@ func (p *Packet) decode(frame []byte, flags DecodeFlags) error {
 	}
 
 	// BTH, extension headers, payload, pad.
-	if err := p.decodeTransport(l4[udpLen:], flags&AcceptOOO != 0); err != nil {
+	if err := p.decodeTransport(l4[udpLen:], flags); err != nil {
 		return err
 	}
 
@@ -266,8 +266,9 @@ func (p *Packet) decode(frame []byte, flags DecodeFlags) error {
 }
 
 // decodeTransport decodes the UDP payload: BTH through ICRC. The OOO
-// opcodes are unknown unless acceptOOO.
-func (p *Packet) decodeTransport(t []byte, acceptOOO bool) error {
+// opcodes are unknown unless flags has AcceptOOO, the SR ones unless
+// AcceptSR.
+func (p *Packet) decodeTransport(t []byte, flags DecodeFlags) error {
 	if len(t) < BTHLen+ICRCLen {
 		return errBTHShort
 	}
@@ -279,8 +280,11 @@ func (p *Packet) decodeTransport(t []byte, acceptOOO bool) error {
 	if info.Name == "" {
 		return errBTHOpcode
 	}
-	if info.Transport == OOO && !acceptOOO {
+	if info.Transport == OOO && flags&AcceptOOO == 0 {
 		return errBTHOpcodeOOO
+	}
+	if info.Transport == SR && flags&AcceptSR == 0 {
+		return errBTHOpcodeSR
 	}
 	if len(t)&3 != 0 {
 		return errBTHAlign
@@ -404,6 +408,8 @@ func payloadErr(rule int, encode bool) error {
 			return errEncEmpty
 		case ruleLong:
 			return errEncLong
+		case ruleSACK:
+			return errEncSACK
 		}
 		return errEncCNP
 	}
@@ -416,6 +422,8 @@ func payloadErr(rule int, encode bool) error {
 		return errPayloadEmpty
 	case ruleLong:
 		return errPayloadLong
+	case ruleSACK:
+		return errPayloadSACK
 	}
 	return errPayloadCNP
 }

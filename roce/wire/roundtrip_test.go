@@ -61,6 +61,8 @@ func payloadLens(info wire.OpInfo) []int {
 	switch {
 	case info.Kind == wire.KindCNP:
 		return []int{16}
+	case info.Transport == wire.SR:
+		return []int{wire.SACKLen}
 	case !info.Payload:
 		return []int{0}
 	case info.Pos == wire.PosFirst || info.Pos == wire.PosMiddle:
@@ -218,7 +220,7 @@ func TestRoundTrip(t *testing.T) {
 						t.Fatalf("%v: ICRC %#x, reference %#x", op, want.ICRC, got)
 					}
 					var got wire.Packet
-					if err := got.DecodeWith(frame, wire.AcceptOOO); err != nil {
+					if err := got.DecodeWith(frame, wire.AcceptOOO|wire.AcceptSR); err != nil {
 						t.Fatalf("%v v6=%v vlan=%v opts=%d n=%d: Decode: %v\n%x", op, l3.v6, vlan, l3.opts, n, err, frame)
 					}
 					if !bytes.Equal(want.Payload, got.Payload) {

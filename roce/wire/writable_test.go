@@ -121,18 +121,22 @@ func builtFrames(t *testing.T) []capturedFrame {
 
 var cmpPacket = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
+// acceptVendor accepts both families of xdproce's manufacturer-specific
+// opcodes: OOO (0xC0..) and SR (0xE0..).
+const acceptVendor = wire.AcceptOOO | wire.AcceptSR
+
 // checkWritable decodes frame with Decode and with DecodeWritable, and with
-// both under AcceptOOO, and fails unless each pair gives the same error and
+// both under acceptVendor, and fails unless each pair gives the same error and
 // the same Packet (slices aliasing the same bytes), frame is left as it was,
-// and AcceptOOO changes nothing but the verdict on the OOO opcodes, which
-// Decode alone refuses as unknown. It returns the AcceptOOO error.
+// and acceptVendor changes nothing but the verdict on the OOO and SR opcodes,
+// which Decode alone refuses as unknown. It returns the acceptVendor error.
 func checkWritable(t *testing.T, name string, frame []byte) error {
 	t.Helper()
 	std := checkWritableWith(t, name, frame, 0)
-	err := checkWritableWith(t, name+" AcceptOOO", frame, wire.AcceptOOO)
+	err := checkWritableWith(t, name+" AcceptOOO|AcceptSR", frame, acceptVendor)
 	ooo := false
 	if off := udpOff(frame); off >= 0 && len(frame) > off+8 {
-		ooo = frame[off+8]&0xE0 == 0xC0 && wire.Opcode(frame[off+8]).Known()
+		ooo = frame[off+8]&0xC0 == 0xC0 && wire.Opcode(frame[off+8]).Known()
 	}
 	if std != err && (!ooo || !errors.Is(std, wire.ErrUnknownOpcode)) {
 		t.Fatalf("%s: Decode: %v, with AcceptOOO: %v", name, std, err)
@@ -196,7 +200,7 @@ func TestDecodeWritableMatchesDecode(t *testing.T) {
 				continue
 			}
 			var p wire.Packet
-			_ = p.DecodeWith(f.data, wire.AcceptOOO)
+			_ = p.DecodeWith(f.data, acceptVendor)
 			switch {
 			case p.IPv6 && p.HasVLAN:
 				kinds["ipv6+vlan"]++
@@ -220,7 +224,7 @@ func TestDecodeWritableMatchesDecode(t *testing.T) {
 	var v6, vlan int
 	for _, f := range sets["golden"] {
 		var p wire.Packet
-		if err := p.DecodeWith(f.data, wire.AcceptOOO|wire.InPlace); err != nil {
+		if err := p.DecodeWith(f.data, acceptVendor|wire.InPlace); err != nil {
 			t.Fatalf("golden %v: %v", f, err)
 		}
 		if p.IPv6 {
