@@ -76,6 +76,10 @@ type compPkt struct {
 }
 
 func (q *QP) complete(p *wire.Packet, info *wire.OpInfo) {
+	if p.BTH.Opcode == wire.SRSack {
+		q.compSack(p) // sr_req.go
+		return
+	}
 	k := compPkt{p: p, info: info, ackBefore: q.win.unacked()}
 	st := compCheckPSN
 	for st != compDone {
@@ -237,17 +241,8 @@ func (q *QP) compCheckAck(k *compPkt) compState {
 
 // wqeAt returns the outstanding WQE holding psn, or nil.
 func (q *QP) wqeAt(psn uint32) *sendWQE {
-	posted := q.sqPosted.Load()
-	for i := q.comp.head; i != posted; i++ {
-		w := &q.sq[i&q.sqMask]
-		if !w.started {
-			break
-		}
-		if !w.done && !wire.PSNBefore(psn, w.firstPSN) && !wire.PSNBefore(w.lastPSN, psn) {
-			return w
-		}
-	}
-	return nil
+	_, w := q.sendWQEAt(psn)
+	return w
 }
 
 // oldest returns the oldest WQE not done, or nil.
@@ -431,7 +426,8 @@ func (q *QP) compProgress(before uint32) {
 // timers fires the send window's timers: an overdue ACK resends from the
 // oldest unacknowledged PSN without spending retry_cnt; the local ACK timer
 // (IBA 9.7) resends from there while retry_cnt lasts, then completes the
-// oldest WQE with RETRY_EXC_ERR.
+// oldest WQE with RETRY_EXC_ERR. With selective repeat "resends" means what
+// is in flight and not held by the responder (lostInFlight).
 func (q *QP) timers() {
 	c := &q.comp
 	fast, timeout := q.win.expired(q.e.now)
@@ -439,7 +435,7 @@ func (q *QP) timers() {
 		q.stats.inc(CtrFastRetransmits)
 		c.gapSet = false
 		c.retrying = true
-		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
+		q.lostInFlight()
 	}
 	if !timeout {
 		return
@@ -454,7 +450,7 @@ func (q *QP) timers() {
 	q.stats.inc(CtrCompleterRetries)
 	c.gapSet = false
 	c.retrying = true
-	q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
+	q.lostInFlight()
 }
 
 // retire completes done send WQEs in order: a WC for signaled or failed ones.

@@ -64,6 +64,11 @@ const (
 	CtrOOOReadBusy        // OOO READ requests ignored: the context was busy
 	CtrOOOWorkOverflow    // READ responses or completions not queued: the QP's work queue was full
 	CtrOOO3PRefused       // third-party packets for a controller or sink not admitted (dropped)
+	// Selective repeat on RC queue pairs (docs/sr-wire.md).
+	CtrSROutOfSequence // requests accepted past a hole and held until it was filled
+	CtrSACKsSent       // SR_SACK packets sent
+	CtrSACKsRecv       // SR_SACK packets received
+	CtrSRRetransmits   // single packets resent because a SACK or a timer showed them missing
 	numCounters
 )
 
@@ -71,7 +76,8 @@ var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "s
 	"rnr_naks_sent", "rnr_naks_recv", "duplicates", "replays", "dropped", "err_naks_sent", "encode_errors",
 	"spurious_fast_retransmits", "completer_retries", "retry_exceeded", "rnr_retry_exceeded", "sends_done",
 	"recvs_done", "stale_ctx", "stale_tid", "dup_index", "ooo_completions_sent", "ooo_completions_received",
-	"ooo_protection_errors", "ooo_read_busy", "ooo_work_overflow", "ooo_3p_refused"}
+	"ooo_protection_errors", "ooo_read_busy", "ooo_work_overflow", "ooo_3p_refused", "out_of_sequence_placed",
+	"sack_sent", "sack_received", "selective_retransmits"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
 
@@ -111,11 +117,13 @@ func (q *QP) applyCtl() {
 	}
 	if target >= RTR && e.state < RTR {
 		q.resp.start(e.attr.RQPSN)
+		q.resp.sr.enable(q.typ == RC && e.attr.SelectiveRepeat)
 	}
 	if target == RTS && e.state < RTS {
 		q.req.start(e.attr.SQPSN)
 		q.comp.start(&e.attr)
 		q.win.start(e.attr.SQPSN, q.window, q.fixedWin)
+		q.win.sr.enable(e.attr.SelectiveRepeat, &q.win)
 	}
 	q.win.setTimeout(timeoutNs(e.attr.Timeout))
 	e.state = target
@@ -189,7 +197,7 @@ func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
 		return
 	}
 	info, ok := p.BTH.Opcode.Info()
-	if !ok || !transportMatches(q.typ, info.Transport) {
+	if !ok || !transportMatches(q.typ, info.Transport, q.resp.sr.on) {
 		q.stats.inc(CtrDropped)
 		return
 	}
@@ -207,10 +215,10 @@ func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
 	}
 }
 
-func transportMatches(t Type, tr wire.Transport) bool {
+func transportMatches(t Type, tr wire.Transport, sr bool) bool {
 	switch t {
 	case RC:
-		return tr == wire.RC
+		return tr == wire.RC || sr && tr == wire.SR
 	case UC:
 		return tr == wire.UC
 	case OOO:

@@ -156,7 +156,7 @@ func (r *netRun) stepEnd(e *netEnd) {
 	n := 0
 	for n < len(in.flight) && in.flight[n].due <= r.now {
 		f := in.flight[n].frame
-		if e.pkt.Decode(f) == nil && e.pkt.BTH.DestQPN == e.q.QPN() && (r.drop == nil || !r.drop(e, &e.pkt)) {
+		if e.pkt.DecodeWith(f, wire.AcceptSR) == nil && e.pkt.BTH.DestQPN == e.q.QPN() && (r.drop == nil || !r.drop(e, &e.pkt)) {
 			e.q.Receive(&e.pkt, r.now, out)
 		}
 		in.slab = append(in.slab, f)

@@ -93,7 +93,8 @@ type pairOpts struct {
 	noConnect  bool
 	f          faults
 	maxInline  int
-	txBufs     int // transmit buffers of each end (0: 512)
+	txBufs     int  // transmit buffers of each end (0: 512)
+	sr         bool // selective repeat (Attr.SelectiveRepeat) on both ends
 }
 
 func (o pairOpts) maxDestRdAtomic() uint8 {
@@ -171,9 +172,12 @@ func connect(tb testing.TB, e, peer *end, o pairOpts, sqPSN, rqPSN uint32) {
 		must(tb, q.Modify(&Attr{State: RTS, SQPSN: sqPSN}, AttrState|AttrSQPSN))
 		return
 	}
+	rtr := AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer
+	if o.sr {
+		rtr |= AttrSelectiveRepeat
+	}
 	must(tb, q.Modify(&Attr{State: RTR, AV: avOf(e, peer), PathMTU: o.mtu, DestQPN: peer.q.QPN(), RQPSN: rqPSN,
-		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR},
-		AttrState|AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer))
+		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR, SelectiveRepeat: o.sr}, rtr))
 	must(tb, q.Modify(&Attr{State: RTS, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
 		MaxRdAtomic: o.rdAtomic}, AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxRdAtomic))
 }
@@ -244,7 +248,7 @@ func (p *pair) put(to *end, f []byte) {
 func (p *pair) deliver(e *end) int {
 	n := len(e.inbox)
 	from := p.peer(e)
-	var flags wire.DecodeFlags
+	flags := wire.AcceptSR // an RC QP without selective repeat drops SR_SACK itself
 	if e.q.Type() == OOO {
 		flags = wire.AcceptOOO
 	}

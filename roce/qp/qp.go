@@ -458,6 +458,9 @@ func applyAttr(dst, a *Attr, m AttrMask) {
 	if m&AttrDestQPN != 0 {
 		dst.DestQPN = a.DestQPN
 	}
+	if m&AttrSelectiveRepeat != 0 {
+		dst.SelectiveRepeat = a.SelectiveRepeat
+	}
 }
 
 // PostSend queues a send work request; the QP copies it (and, with Inline,

@@ -9,7 +9,8 @@ import (
 // it splits messages by the path MTU into FIRST/MIDDLE/LAST or ONLY packets,
 // keeps the READ/atomic limit, asks the send window (window.go) before each
 // RC packet and reports it after, and resends from a PSN when the
-// completer rewinds it (go-back-N).
+// completer rewinds it (go-back-N) or, with selective repeat, single PSNs
+// the window's scoreboard names first (sr_req.go).
 
 const reqBudget = 256 // packets per Progress call
 
@@ -76,6 +77,9 @@ func (q *QP) reqProgress(out Output) bool {
 		q.rewind(una) // responses answered what was queued for resending
 	}
 	budget := reqBudget
+	if q.win.sr.on && !q.srResend(out, &budget) { // sr_req.go
+		return false
+	}
 	st := reqGetWQE
 	var status WCStatus
 	for {

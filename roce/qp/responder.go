@@ -56,12 +56,15 @@ type responder struct {
 	txq        [resSlots]uint8 // resources waiting to transmit, FIFO
 	txHead     int
 	txN        int
+
+	sr srHold // selective repeat: requests held past a hole (sr_resp.go)
 }
 
 func (r *responder) reset(rqMark uint32) {
-	res := r.res
-	*r = responder{rqHead: rqMark, res: res}
+	res, sr := r.res, r.sr
+	*r = responder{rqHead: rqMark, res: res, sr: sr}
 	clear(r.res)
+	r.sr.reset()
 }
 
 // alloc allocates the READ/atomic ring (once, at New).
@@ -125,6 +128,14 @@ type respPkt struct {
 }
 
 func (q *QP) respond(p *wire.Packet, info *wire.OpInfo) {
+	q.respondOne(p, info)
+	if q.resp.sr.n > 0 {
+		q.srDrain()
+	}
+}
+
+// respondOne runs one request through the pipeline.
+func (q *QP) respondOne(p *wire.Packet, info *wire.OpInfo) {
 	if q.resp.tooMany {
 		q.stats.inc(CtrDropped) // the QP fails once the responses before it are out
 		return
@@ -262,6 +273,9 @@ func (q *QP) respCheckPSN(k *respPkt) respState {
 		return respDuplicate
 	case r.nakSent:
 		return respDrop
+	case r.sr.on:
+		q.srHoldPacket(k.p, d)
+		return respDone
 	}
 	return respErrPSN
 }

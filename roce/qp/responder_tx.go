@@ -79,7 +79,11 @@ func (q *QP) sendAck(out Output) bool {
 	p.BTH.Opcode = wire.RCAck
 	p.BTH.PSN = r.ack.psn
 	p.AETH = wire.AETH{Syndrome: r.ack.syndrome, MSN: r.ack.msn}
-	q.emit(out, buf, 0)
+	n := 0
+	if r.sr.n > 0 && r.ack.syndrome>>5 == 0 {
+		n = q.srSack(buf) // requests are held past a hole: the ACK is a SACK
+	}
+	q.emit(out, buf, n)
 	r.ack.want = false
 	return true
 }

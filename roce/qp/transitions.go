@@ -27,7 +27,7 @@ func transitionFor(t Type, cur, next State) (transition, bool) {
 		switch t {
 		case RC:
 			return transition{req: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
-				opt: AttrAccessFlags}, true
+				opt: AttrAccessFlags | AttrSelectiveRepeat}, true
 		case UC:
 			return transition{req: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN, opt: AttrAccessFlags}, true
 		}

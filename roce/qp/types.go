@@ -61,10 +61,14 @@ const (
 	AttrSQPSN
 	AttrMaxDestRdAtomic
 	AttrDestQPN
+	// AttrSelectiveRepeat: RC only, at INIT→RTR. Set only when both ends
+	// agreed on it (docs/sr-wire.md): a standard peer drops SR_SACK.
+	AttrSelectiveRepeat
 )
 
 var attrNames = [...]string{"STATE", "ACCESS_FLAGS", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT",
-	"RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN"}
+	"RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN",
+	"SELECTIVE_REPEAT"}
 
 func (m AttrMask) String() string {
 	if m == 0 {
@@ -119,6 +123,11 @@ type Attr struct {
 	Access          mr.Access // remote operations the responder allows
 	QKey            uint32
 	AV              AddressVector
+	// SelectiveRepeat (AttrSelectiveRepeat): the peer is an xdproce that
+	// agreed on selective repeat: the responder holds packets past a hole
+	// and answers with SR_SACK, the requester resends only what is missing
+	// (docs/sr-wire.md). False: go-back-N, byte for byte as rxe.
+	SelectiveRepeat bool
 }
 
 // enumName returns names[i], or "Name(i)" out of range.

@@ -91,6 +91,8 @@ type sendWindow struct {
 	undoSsthresh   uint32
 	undoRecovering bool
 	undoRecoverPSN uint32
+
+	sr srBoard // selective repeat (window_sr.go); off: go-back-N
 }
 
 const (
@@ -213,6 +215,9 @@ func (w *sendWindow) resend(psn uint32) {
 func (w *sendWindow) advance(psn uint32) bool {
 	if !wire.PSNBefore(w.una, psn) {
 		return false
+	}
+	if w.sr.on {
+		w.sr.forget(w.una, psn)
 	}
 	w.una = psn
 	return true

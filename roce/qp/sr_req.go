@@ -1,0 +1,115 @@
+package qp
+
+import "github.com/xdproce/xdproce/roce/wire"
+
+// Selective repeat, the requester's half (docs/sr-wire.md): the completer
+// records each SR_SACK in the send window's scoreboard (window_sr.go); the
+// requester, before it sends anything new, resends each PSN the scoreboard
+// names as missing, one packet at a time, without moving its place in the
+// send queue. A timer marks everything in flight and not held as missing
+// instead of rewinding. READ responses stay go-back-N: a lost one makes the
+// completer re-request the READ from the first response missing.
+
+// compSack handles an SR_SACK: everything before its PSN is acknowledged,
+// its bitmap goes to the scoreboard.
+func (q *QP) compSack(p *wire.Packet) {
+	q.stats.inc(CtrSACKsRecv)
+	psn, una := p.BTH.PSN, q.win.unacked()
+	if len(p.Payload) != wire.SACKLen || !q.win.wasSent(psn) || wire.PSNBefore(psn, una) {
+		q.stats.inc(CtrDropped) // stale (acknowledged since) or never sent
+		return
+	}
+	if psn != una {
+		retry, ok := q.ackThrough(wire.PSNAdd(psn, wire.PSNMask))
+		if !ok {
+			// A READ or atomic before the hole is unanswered: its
+			// responses were lost; re-request it (go-back-N).
+			k := compPkt{p: p}
+			if q.lostResponse(&k, retry) {
+				q.win.loss(false)
+				q.stats.inc(CtrCompleterRetries)
+				q.comp.retrying = true
+				q.rewind(retry)
+			}
+		}
+		if q.win.unacked() != una {
+			q.compProgress(una)
+		}
+	}
+	q.win.sr.sack(psn, p.Payload, q.win.unacked(), q.win.max)
+}
+
+// lostInFlight responds to a timer (fast retransmission or local ACK
+// timeout): go-back-N from unacked, or with selective repeat every PSN in
+// flight and not held is resent once more. An unanswered READ or atomic at
+// unacked is re-requested either way (its responses are not SACKed).
+func (q *QP) lostInFlight() {
+	if !q.win.sr.on {
+		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
+		return
+	}
+	if w := q.oldest(); w != nil && w.opcode.isReadOrAtomic() {
+		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
+		return
+	}
+	q.win.sr.lostAll(q.win.unacked(), q.win.max)
+}
+
+// srResend resends the PSNs the scoreboard names as missing, each once,
+// with AckReq. It reports false when it stopped for lack of transmit
+// buffers or budget.
+func (q *QP) srResend(out Output, budget *int) bool {
+	r := &q.req
+	for {
+		psn, ok := q.win.sr.nextHole(q.win.unacked())
+		if !ok {
+			return true
+		}
+		if *budget == 0 {
+			return false
+		}
+		i, w := q.sendWQEAt(psn)
+		if w == nil || w.opcode.isReadOrAtomic() && (psn != w.firstPSN || w.readPSN != w.firstPSN) {
+			q.win.sr.skip(psn) // a READ response's PSN, or answered
+			continue
+		}
+		saved := *r
+		r.idx, r.psn, r.w, r.off = i, psn, w, 0
+		if !w.opcode.isReadOrAtomic() {
+			r.off = uint64(wire.PSNDiff(psn, w.firstPSN)) * uint64(q.e.pmtu)
+		}
+		st, act, _ := q.reqBuild(out)
+		if act != reqActTransmit {
+			*r = saved
+			if st == reqStarved {
+				return false
+			}
+			q.win.sr.skip(psn) // cannot be rebuilt: the timers take over
+			continue
+		}
+		q.e.pkt.BTH.AckReq = true
+		*budget--
+		q.emit(out, r.buf, r.n)
+		q.win.sent(psn, wire.PSNAdd(psn, 1), true, q.e.now)
+		q.stats.inc(CtrRetransmits)
+		q.stats.inc(CtrSRRetransmits)
+		q.win.sr.markResent(psn, q.win.max)
+		*r = saved
+	}
+}
+
+// sendWQEAt returns the started, unfinished send WQE holding psn and its
+// index, or nil.
+func (q *QP) sendWQEAt(psn uint32) (uint32, *sendWQE) {
+	posted := q.sqPosted.Load()
+	for i := q.comp.first(); i != posted; i++ {
+		w := &q.sq[i&q.sqMask]
+		if !w.started {
+			break
+		}
+		if !w.done && !wire.PSNBefore(psn, w.firstPSN) && !wire.PSNBefore(w.lastPSN, psn) {
+			return i, w
+		}
+	}
+	return 0, nil
+}
