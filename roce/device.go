@@ -219,6 +219,7 @@ type Device struct {
 
 	ctxPool *qp.ContextPool // OOO contexts (nil until the first OOO queue pair)
 	oooQPs  atomic.Int32    // OOO queue pairs alive: the engine accepts OOO opcodes
+	srQPs   atomic.Int32    // queue pairs connected with selective repeat: the engine accepts SR opcodes
 	groups  groupRoutes     // queue pairs that receive multicast frames (mcast.go)
 	join    groupJoiner     // JoinGroup's means (nil: the link cannot join groups)
 
@@ -234,6 +235,7 @@ type qpEntry struct {
 	qpn    uint32
 	queued atomic.Bool // on the ready list
 	dead   atomic.Bool // destroyed
+	sr     atomic.Bool // connected with selective repeat once (counted in srQPs)
 
 	// Owned by the engine goroutine.
 	touched  bool  // on this round's work list
@@ -497,6 +499,9 @@ func (d *Device) removeQP(e *qpEntry) {
 	d.groups.drop(e)
 	if e.q.Type() == qp.OOO {
 		d.oooQPs.Add(-1)
+	}
+	if e.sr.Load() {
+		d.srQPs.Add(-1)
 	}
 	delete(d.qps, e.qpn)
 	addQPStats(&d.retired, e.q)

@@ -225,7 +225,8 @@ func (e *engine) schedule(q *qpEntry) {
 // (wire.InPlace, as DecodeWritable; the frame stays byte-identical). The OOO
 // opcodes are decoded (wire.AcceptOOO) only while the device has an OOO queue
 // pair, and reach only those: elsewhere they are malformed, as on a device
-// without OOO mode (docs/ooo.md). A frame with a bad
+// without OOO mode (docs/ooo.md); the SR opcodes likewise (wire.AcceptSR)
+// only for queue pairs connected with selective repeat (docs/sr-wire.md). A frame with a bad
 // ICRC is dropped and counted: links that rebuild headers
 // (link.Props.SyntheticHeaders) put the sender's IPv4 Identification back
 // themselves (link/udp recovers it from the ICRC).
@@ -236,6 +237,9 @@ func (e *engine) input(frame []byte, now int64) {
 	flags := wire.InPlace
 	if e.d.oooQPs.Load() > 0 {
 		flags |= wire.AcceptOOO
+	}
+	if e.d.srQPs.Load() > 0 {
+		flags |= wire.AcceptSR
 	}
 	if err := p.DecodeWith(frame, flags); err != nil {
 		switch {
@@ -264,6 +268,12 @@ func (e *engine) input(frame []byte, now int64) {
 	// copying its table entry.
 	if flags&wire.AcceptOOO != 0 && p.BTH.Opcode>>5 == 6 && q.q.Type() != qp.OOO {
 		e.dropMalformed++ // as on a device without OOO queue pairs: an unknown opcode
+		return
+	}
+	// Likewise the SR opcodes (111) reach only queue pairs connected with
+	// selective repeat (docs/sr-wire.md).
+	if flags&wire.AcceptSR != 0 && p.BTH.Opcode>>5 == 7 && !q.sr.Load() {
+		e.dropMalformed++
 		return
 	}
 	// deliver's body, kept inline on the unicast path (one call less per frame).

@@ -134,6 +134,10 @@ var qpCounters = [...]struct {
 	{"ooo_read_busy", qp.CtrOOOReadBusy},
 	{"ooo_work_overflow", qp.CtrOOOWorkOverflow},
 	{"ooo_3p_refused", qp.CtrOOO3PRefused},
+	{"out_of_sequence_placed", qp.CtrSROutOfSequence},
+	{"sack_sent", qp.CtrSACKsSent},
+	{"sack_received", qp.CtrSACKsRecv},
+	{"selective_retransmits", qp.CtrSRRetransmits},
 }
 
 // qpTotals are sums of qpCounters, in their order.
@@ -195,7 +199,7 @@ func (d *Device) Snapshot(perQP bool) *Snapshot {
 	for _, name := range []string{"retransmits", "timeouts", "fast_retransmits", "spurious_fast_retransmits",
 		"replays", "err_naks_sent", "qp_dropped", "encode_errors", "stale_ctx", "stale_tid", "dup_index",
 		"ooo_completions_sent", "ooo_completions_received", "ooo_protection_errors", "ooo_read_busy",
-		"ooo_work_overflow"} {
+		"ooo_work_overflow", "out_of_sequence_placed", "sack_sent", "sack_received", "selective_retransmits"} {
 		add(name, t.value(name))
 	}
 	add("icrc_errors", s.dropBadICRC.Load())

@@ -318,6 +318,42 @@ type ConnectOptions struct {
 	MaxDestRdAtomic uint8  // outstanding READ/atomic requests this side accepts
 	TOS             uint8
 	DstMAC          net.HardwareAddr // overrides neighbour resolution when set
+	// Reliability is how an RC queue pair recovers from loss: GoBackN (the
+	// zero value: IBA's, byte for byte as rxe) or SelectiveRepeat, which
+	// only a peer that agreed on it understands (an xdproce whose hello
+	// offered cm.CapSR; docs/sr-wire.md). Ignored for UC.
+	Reliability Reliability
+}
+
+// Reliability is an RC queue pair's loss recovery (ConnectOptions).
+type Reliability uint8
+
+// Reliabilities.
+const (
+	GoBackN         Reliability = iota // resend everything from the lost PSN on (IBA; rxe, every RoCE NIC)
+	SelectiveRepeat                    // resend only the PSNs the peer's SR_SACK says are missing (xdproce peers)
+)
+
+// String returns "gbn" or "sr", the --reliability values.
+func (r Reliability) String() string {
+	switch r {
+	case GoBackN:
+		return "gbn"
+	case SelectiveRepeat:
+		return "sr"
+	}
+	return fmt.Sprintf("Reliability(%d)", uint8(r))
+}
+
+// ParseReliability parses a --reliability value: "gbn" or "sr".
+func ParseReliability(s string) (Reliability, error) {
+	switch s {
+	case "gbn":
+		return GoBackN, nil
+	case "sr":
+		return SelectiveRepeat, nil
+	}
+	return 0, fmt.Errorf("roce: reliability %q: want gbn or sr", s)
 }
 
 // DefaultConnectOptions: full remote access, timeout 14 (≈ 67 ms), 7
@@ -374,6 +410,14 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 	if q.typ == qp.UC { // UC has no ACKs, retries or READ/atomic resources
 		steps[1].mask &^= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
 		steps[2].mask &^= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
+	} else if opt.Reliability == SelectiveRepeat {
+		steps[1].attr.SelectiveRepeat = true
+		steps[1].mask |= qp.AttrSelectiveRepeat
+		if !q.e.sr.Swap(true) {
+			q.d.srQPs.Add(1) // the engine decodes SR_SACK from now on
+		}
+	} else if opt.Reliability != GoBackN {
+		return fmt.Errorf("roce: connect qp %#x: %v", q.e.qpn, opt.Reliability)
 	}
 	for _, s := range steps {
 		if err := q.modify(&s.attr, s.mask); err != nil {

@@ -78,6 +78,7 @@ const (
 	AttrSQPSN           = qp.AttrSQPSN
 	AttrMaxDestRdAtomic = qp.AttrMaxDestRdAtomic
 	AttrDestQPN         = qp.AttrDestQPN
+	AttrSelectiveRepeat = qp.AttrSelectiveRepeat
 )
 
 // Send work request opcodes (enum ibv_wr_opcode).
