@@ -46,10 +46,13 @@ const (
 	// CapLMRM: RC file transfers (send, get) on an lmrm pool: one LMRM_ALLOC, then a WRITE
 	// WITH IMMEDIATE per slot, no control message per slot (serve's put_lmrm and get_lmrm).
 	CapLMRM = "lmrm"
+	// CapSR: the side's RC queue pairs do selective repeat (docs/sr-wire.md) with a peer that
+	// agrees per connection (xfer's request and accept say "reliability":"sr").
+	CapSR = "sr"
 )
 
 // Capabilities lists what this side offers in its hello.
-var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P, CapLMRM}
+var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P, CapLMRM, CapSR}
 
 // How a server authenticates its clients, as its hello says.
 const (

@@ -321,7 +321,7 @@ type ConnectOptions struct {
 	// Reliability is how an RC queue pair recovers from loss: GoBackN (the
 	// zero value: IBA's, byte for byte as rxe) or SelectiveRepeat, which
 	// only a peer that agreed on it understands (an xdproce whose hello
-	// offered cm.CapSR; docs/sr-wire.md). Ignored for UC.
+	// offered cm.CapSR; docs/sr-wire.md). RC only; ignored for the others.
 	Reliability Reliability
 }
 
@@ -410,13 +410,13 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 	if q.typ == qp.UC { // UC has no ACKs, retries or READ/atomic resources
 		steps[1].mask &^= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
 		steps[2].mask &^= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
-	} else if opt.Reliability == SelectiveRepeat {
+	} else if opt.Reliability == SelectiveRepeat && q.typ == qp.RC {
 		steps[1].attr.SelectiveRepeat = true
 		steps[1].mask |= qp.AttrSelectiveRepeat
 		if !q.e.sr.Swap(true) {
 			q.d.srQPs.Add(1) // the engine decodes SR_SACK from now on
 		}
-	} else if opt.Reliability != GoBackN {
+	} else if opt.Reliability > SelectiveRepeat {
 		return fmt.Errorf("roce: connect qp %#x: %v", q.e.qpn, opt.Reliability)
 	}
 	for _, s := range steps {

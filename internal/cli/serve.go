@@ -101,6 +101,8 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	cf.register(fs, true)
 	var mf metricsFlags
 	mf.register(fs)
+	var rf relFlag
+	rf.register(fs)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce serve"
 		if len(args) != 0 {
@@ -159,7 +161,11 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		fmt.Fprintln(env.Stderr, cf.describe(ln, *dir))
 		var mu sync.Mutex
-		s := &xfer.Server{Dev: dev.Device, Dir: *dir, Options: &xfer.Options{Log: env.Log}, Overwrite: cf.overwrite,
+		so := &xfer.Options{Log: env.Log}
+		if err := rf.apply(cmd, so); err != nil {
+			return err
+		}
+		s := &xfer.Server{Dev: dev.Device, Dir: *dir, Options: so, Overwrite: cf.overwrite,
 			Done: func(op string, res xfer.Result, err error) {
 				mu.Lock()
 				defer mu.Unlock()

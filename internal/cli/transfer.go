@@ -127,6 +127,8 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	force := fs.Bool("force", false, "replace a file of the same name on the server (which must run with --overwrite)")
 	var mf modeFlags
 	mf.register(fs, true)
+	var rf relFlag
+	rf.register(fs)
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -173,6 +175,9 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if err := mf.apply(cmd, o, ccfg, *enl); err != nil {
 			return err
 		}
+		if err := rf.apply(cmd, o); err != nil {
+			return err
+		}
 		conn, err := cm.Dial(ctx, host, ccfg)
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
@@ -201,6 +206,8 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 	enl := fs.Bool("enlarge", false, "have the server send through an enlargement channel (this side's small ring promoted 512 B → 8 KiB → 128 KiB as needed) instead of RDMA READ from its staging buffer")
 	var mf modeFlags
 	mf.register(fs, false)
+	var rf relFlag
+	rf.register(fs)
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -238,6 +245,9 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		ccfg.Retry = *retry
 		o := &xfer.Options{Log: env.Log}
 		if err := mf.apply(cmd, o, ccfg, *enl); err != nil {
+			return err
+		}
+		if err := rf.apply(cmd, o); err != nil {
 			return err
 		}
 		conn, err := cm.Dial(ctx, host, ccfg)
@@ -312,6 +322,9 @@ func printResult(env *Env, asJSON bool, verb, path string, res xfer.Result) erro
 		err = printCopy(env, &res)
 	} else if err == nil && res.OOO != nil {
 		err = printOOO(env, res.OOO)
+	}
+	if l := reliabilityLine(res.Reliability); err == nil && l != "" {
+		_, err = fmt.Fprint(env.Stdout, l)
 	}
 	return err
 }

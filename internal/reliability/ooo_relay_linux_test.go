@@ -31,7 +31,9 @@ type sendResult struct {
 	Seconds float64 `json:"seconds"`
 	SHA256  string  `json:"sha256"`
 	Op      string  `json:"op"`
-	OOO     *struct {
+	// Reliability is the RC queue pair's loss recovery ("sr", "gbn").
+	Reliability string `json:"reliability"`
+	OOO         *struct {
 		Paths            int     `json:"paths"`
 		Attempts         uint64  `json:"attempts"`
 		Delivered        uint64  `json:"delivered"`

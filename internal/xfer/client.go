@@ -35,6 +35,9 @@ type Result struct {
 	Enlarge *EnlargeResult `json:"enlarge,omitempty"`
 	// OOO is set for a transfer in OOO mode (ooo.go).
 	OOO *OOOResult `json:"ooo,omitempty"`
+	// Reliability is the RC queue pair's loss recovery, as agreed with the
+	// server: "gbn" or "sr" (docs/sr-wire.md); empty for the other modes.
+	Reliability string `json:"reliability,omitempty"`
 }
 
 // OpEnlarge is Result.Op of a transfer through an enlargement channel.
@@ -109,6 +112,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 	}
 	defer q.close()
 	req := &message{Type: msgPut, Version: ProtocolVersion, Name: name, Size: size, Force: o.Force, SlotSize: slotSize, Slots: slots}
+	q.offer(o.Connect)
 	acc, err := q.ask(c, req)
 	if err != nil {
 		return res, err
@@ -121,7 +125,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 		return res, err
 	}
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA WRITE",
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String()}
 	start := time.Now()
 
 	free, final := watchFree(c, cancel, q.slots)

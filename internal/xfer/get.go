@@ -68,6 +68,7 @@ func getSlots(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *S
 	}
 	defer q.close()
 	req := &message{Type: msgGet, Version: ProtocolVersion, Name: name, SlotSize: q.slotSize, Slots: q.slots, Span: sp}
+	q.offer(o.Connect)
 	acc, err := q.ask(c, req)
 	if err != nil {
 		return res, err
@@ -85,7 +86,7 @@ func getSlots(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *S
 	}
 	size := acc.Size
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA READ",
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String()}
 	start := time.Now()
 
 	h := sha256.New()

@@ -26,6 +26,7 @@ func sendLMRM(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev 
 		}
 	})
 	req := &message{Type: msgPutLMRM, Version: ProtocolVersion, Name: name, Size: size, Force: o.Force, SlotSize: slotSize, Slots: slots}
+	q.offer(o.Connect) // selective repeat if both sides want it (qpconn.go)
 	acc, err := q.ask(c, req)
 	if err != nil {
 		return res, err
@@ -40,7 +41,7 @@ func sendLMRM(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev 
 		return res, err
 	}
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: OpLMRM,
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU)}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String()}
 	start := time.Now()
 	// No slots go by the control connection: a free message is refused.
 	_, final := watchFree(c, cancel, 0)
@@ -83,6 +84,7 @@ func (s *Server) servePutLMRM(ctx context.Context, c *ctrl, req *message) (res R
 	if err := q.connect(req, o.Connect); err != nil {
 		return res, refuse(c, err)
 	}
+	res.Reliability = q.rel.String()
 	k := &sink{w: tmp.File, h: sha256.New(), size: req.Size}
 	if p, err = lmrm.NewProvider(q.qp, q.pd, q.cq, cfg, k.deliver); err != nil {
 		return res, refuse(c, err)

@@ -49,6 +49,11 @@ type message struct {
 	GID     string `json:"gid,omitempty"`
 	PathMTU int    `json:"path_mtu,omitempty"`
 	Link    string `json:"link,omitempty"`
+	// Reliability "sr": the sender's RC queue pair does selective repeat
+	// (docs/sr-wire.md) if the other side's says "sr" too; a client offers
+	// it, the server's accept says what both then use. Empty (an xdproce
+	// without it, or --reliability gbn): go-back-N.
+	Reliability string `json:"reliability,omitempty"`
 
 	// Staging buffer (accept).
 	Addr     uint64 `json:"addr,omitempty"`

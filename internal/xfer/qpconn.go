@@ -90,6 +90,9 @@ type qpConn struct {
 	pmtu     roce.MTU // the largest path MTU this side's queue pair takes
 	slotSize int
 	slots    int
+	// rel is the loss recovery this side offers (offer, before endpoint)
+	// or, after connect, the one both sides use.
+	rel roce.Reliability
 }
 
 // newQPConn makes a queue pair of type typ (RC, or OOO: ooo.go) with a
@@ -169,6 +172,17 @@ func (q *qpConn) endpoint(m *message) {
 	m.GID = q.gid.String()
 	m.PathMTU = q.pmtu.Bytes()
 	m.Link = q.dev.LinkName()
+	if q.rel == roce.SelectiveRepeat {
+		m.Reliability = roce.SelectiveRepeat.String()
+	}
+}
+
+// offer sets the loss recovery a client offers in its request: o's (RC
+// only; nil: go-back-N).
+func (q *qpConn) offer(o *roce.ConnectOptions) {
+	if o != nil && q.qp.Type() == roce.RC {
+		q.rel = o.Reliability
+	}
 }
 
 // ask fills req with this side's queue pair, sends it and returns the
@@ -198,6 +212,12 @@ func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
 		co = roce.DefaultConnectOptions()
 	}
 	co.SGID = q.gid
+	// Selective repeat only when this side wants it and the peer's
+	// message says it does it too; otherwise go-back-N, as with rxe.
+	if co.Reliability != roce.SelectiveRepeat || m.Reliability != roce.SelectiveRepeat.String() || q.qp.Type() != roce.RC {
+		co.Reliability = roce.GoBackN
+	}
+	q.rel = co.Reliability
 	mtu := q.pmtu.Bytes()
 	if m.PathMTU > 0 && m.PathMTU < mtu {
 		mtu = m.PathMTU

@@ -166,6 +166,9 @@ func (q *qpConn) accept(c *ctrl, req, acc *message, res *Result, co *roce.Connec
 	if err := q.connect(req, co); err != nil {
 		return refuse(c, err)
 	}
+	if q.qp.Type() == roce.RC {
+		res.Reliability = q.rel.String() // what connect agreed with the request
+	}
 	if err := q.offerContexts(acc, res); err != nil {
 		return refuse(c, err)
 	}

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"flag"
+
+	"github.com/xdproce/xdproce/internal/xfer"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// relFlag is --reliability on the commands that move data over RC queue
+// pairs (send, get, serve): the loss recovery this side wants. "sr" (the
+// default) is used only with an xdproce peer that agrees on it for the
+// connection (docs/sr-wire.md); with any other peer, or "gbn" on either
+// side, the queue pair runs go-back-N, byte for byte as rxe. The result
+// says which was used.
+type relFlag struct{ s *string }
+
+func (f *relFlag) register(fs *flag.FlagSet) {
+	f.s = fs.String("reliability", "sr", "loss recovery of the RC queue pair: `sr` (selective repeat, used when the xdproce peer agrees; go-back-N otherwise) or gbn (go-back-N, as rxe)")
+}
+
+// apply puts the choice into o's connect options.
+func (f *relFlag) apply(cmd string, o *xfer.Options) error {
+	r, err := roce.ParseReliability(*f.s)
+	if err != nil {
+		return usageErrorf(cmd, "--reliability %q: want sr or gbn", *f.s)
+	}
+	if o.Connect == nil {
+		co := roce.DefaultConnectOptions()
+		o.Connect = &co
+	}
+	o.Connect.Reliability = r
+	return nil
+}
+
+// reliabilityLine is the result line saying which loss recovery a transfer
+// used, or "" when it used no RC queue pair.
+func reliabilityLine(r string) string {
+	switch r {
+	case "sr":
+		return "loss recovery: selective repeat (agreed with the peer)\n"
+	case "gbn":
+		return "loss recovery: go-back-N (--reliability gbn on a side, or the peer does not do selective repeat)\n"
+	}
+	return ""
+}
