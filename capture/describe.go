@@ -54,6 +54,7 @@ type Record struct {
 	ImmDt     *uint32          `json:"imm_dt,omitempty"`
 	IETH      *uint32          `json:"ieth_rkey,omitempty"` // R_Key to invalidate
 	OOO       *OOORecord       `json:"ooo,omitempty"`       // the OOO headers (OOO opcodes only)
+	SACK      *SACKRecord      `json:"sack,omitempty"`      // SR_SACK's bitmap (sr.go)
 
 	PayloadLen int `json:"payload_len"`
 	// Payload is what a registered PayloadDescriber recognised in the
@@ -199,9 +200,9 @@ func describeFrame(r *Record, p *wire.Packet, data []byte) {
 		return
 	}
 	r.RoCE = true
-	// A capture shows every frame: the OOO opcodes too, which a receiver
-	// accepts only once OOO mode is negotiated.
-	err := p.DecodeWith(data, wire.AcceptOOO)
+	// A capture shows every frame: the OOO and SR opcodes too, which a
+	// receiver accepts only once OOO mode or selective repeat is negotiated.
+	err := p.DecodeWith(data, wire.AcceptOOO|wire.AcceptSR)
 	switch {
 	case err == nil, errors.Is(err, wire.ErrBadICRC), errors.Is(err, wire.ErrBadChecksum):
 	default:
@@ -270,6 +271,10 @@ func fillRecord(r *Record, p *wire.Packet) {
 		r.OOO = describeOOO(p, h)
 	}
 	r.PayloadLen = len(p.Payload)
+	if b.Opcode == wire.SRSack {
+		r.SACK = describeSACK(p) // its payload is the bitmap
+		return
+	}
 	if len(p.Payload) > 0 {
 		r.PayloadKind, r.Payload = describePayload(p)
 	}

@@ -129,6 +129,9 @@ func (r *Record) AppendText(b []byte) []byte {
 		b = append(b, " msn "...)
 		b = strconv.AppendUint(b, uint64(a.MSN), 10)
 	}
+	if r.SACK != nil {
+		b = appendSACK(b, r.SACK)
+	}
 	if a := r.AtomicAck; a != nil {
 		b = append(b, " orig "...)
 		b = append(b, a.Orig...)
@@ -141,7 +144,7 @@ func (r *Record) AppendText(b []byte) []byte {
 		b = append(b, " inv_rkey "...)
 		b = appendHex(b, uint64(*r.IETH), 8)
 	}
-	if r.OOO == nil && (r.PayloadLen > 0 || r.AETH == nil && r.AtomicETH == nil && r.RETH == nil) {
+	if r.OOO == nil && r.SACK == nil && (r.PayloadLen > 0 || r.AETH == nil && r.AtomicETH == nil && r.RETH == nil) {
 		b = append(b, " payload "...)
 		b = strconv.AppendInt(b, int64(r.PayloadLen), 10)
 	}

@@ -113,8 +113,10 @@ func newEnd(tb testing.TB, name string, qpn uint32, o pairOpts, last byte) *end 
 	tb.Helper()
 	var tblOpts []mr.Option
 	var pool *ContextPool
-	if o.typ == OOO { // deterministic keys and contexts: the OOO golden captures
+	if o.typ == OOO || o.sr { // deterministic keys: the OOO and SR golden captures
 		tblOpts = append(tblOpts, mr.WithRand(&keySource{next: uint32(last) << 8}))
+	}
+	if o.typ == OOO { // and contexts
 		var err error
 		if pool, err = NewContextPool(64, uint64(last)); err != nil {
 			tb.Fatal(err)

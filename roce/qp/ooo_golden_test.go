@@ -15,7 +15,7 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-var updateOOO = flag.Bool("update", false, "regenerate the OOO golden captures in testdata/pcaps")
+var updateOOO = flag.Bool("update", false, "regenerate the OOO and SR golden captures in testdata/pcaps")
 
 const pcapDir = "../../testdata/pcaps"
 
@@ -74,7 +74,7 @@ func takeCommitted(e *end) [][]byte {
 func hand(tb testing.TB, e *end, now int64, frames ...[]byte) [][]byte {
 	tb.Helper()
 	for _, f := range frames {
-		if err := e.pkt.DecodeWith(f, wire.AcceptOOO); err != nil {
+		if err := e.pkt.DecodeWith(f, wire.AcceptOOO|wire.AcceptSR); err != nil {
 			tb.Fatal(err)
 		}
 		e.q.Receive(&e.pkt, now, e.out)
@@ -123,7 +123,7 @@ func (c *capRec) check(t *testing.T, ifc string) {
 			t.Fatal(err)
 		}
 		rec := capture.Describe(&f)
-		if rec.Bad() || rec.OOO == nil {
+		if rec.Bad() || strings.HasPrefix(c.name, "ooo-") && rec.OOO == nil || strings.HasPrefix(c.name, "sr-") && rec.BTH == nil {
 			t.Errorf("%s: frame %s", c.name, rec)
 		}
 		text.WriteString(rec.String())
@@ -137,10 +137,10 @@ func (c *capRec) check(t *testing.T, ifc string) {
 		}
 		want, err := os.ReadFile(path)
 		if err != nil {
-			t.Fatalf("%v (go test ./roce/qp -run GoldenOOO -update writes it)", err)
+			t.Fatalf("%v (go test ./roce/qp -run 'GoldenOOO|GoldenSR' -update writes it)", err)
 		}
 		if !bytes.Equal(data, want) {
-			t.Errorf("%s differs from what the engine sends now; if intended, go test ./roce/qp -run GoldenOOO -update\n%s", path, text.String())
+			t.Errorf("%s differs from what the engine sends now; if intended, go test ./roce/qp -run 'GoldenOOO|GoldenSR' -update\n%s", path, text.String())
 		}
 	}
 }
