@@ -90,7 +90,10 @@ func (q *QP) srResend(out Output, budget *int) bool {
 		q.e.pkt.BTH.AckReq = true
 		*budget--
 		q.emit(out, r.buf, r.n)
-		q.win.sent(psn, wire.PSNAdd(psn, 1), true, q.e.now)
+		// Reported without AckReq: the fast timer stays on the newest
+		// packet that asked (an ACK of this resend must not turn it off
+		// while later packets may be lost), and no RTT sample (Karn).
+		q.win.sent(psn, wire.PSNAdd(psn, 1), false, q.e.now)
 		q.stats.inc(CtrRetransmits)
 		q.stats.inc(CtrSRRetransmits)
 		q.win.sr.markResent(psn, q.win.max)

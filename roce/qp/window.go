@@ -14,7 +14,7 @@ import "github.com/xdproce/xdproce/roce/wire"
 // window's verdicts into its action (resend from unacked, complete in
 // error); the window never touches the send queue or the requester.
 //
-// Extension points (issue 16: selective repeat, DCQCN rate pacing):
+// Extension points (issue 16/20: selective repeat, DCQCN rate pacing):
 //   - A rate pacer sits behind canSend and wake: canSend also refuses a
 //     packet the pacer's rate does not allow yet, wake returns the pacer's
 //     next release time (the device runs Progress then), sent charges the
@@ -22,13 +22,12 @@ import "github.com/xdproce/xdproce/roce/wire"
 //     knows), and a CNP handler (a method beside rnr) lowers its rate. The
 //     requester's packet building stays as it is: it already stops at
 //     reqWait when canSend says no.
-//   - A selective-repeat policy replaces the go-back-N verdict: today every
-//     loss ends in "resend from unacked (or the NAKed PSN)", which the
-//     completer's rewind action carries out. With selective repeat the
-//     window keeps a scoreboard of the PSNs the responder holds (fed by
-//     advance and acked from the completer's new ACK kinds) and hands the
-//     requester the next PSN to resend instead of a rewind; lossEvent,
-//     the undo and the RTT sampling stay as they are, keyed by PSN.
+//   - Selective repeat (window_sr.go, docs/sr-wire.md) is in: with
+//     Attr.SelectiveRepeat the window keeps a scoreboard (sr) of the PSNs
+//     the responder holds, fed by the completer's SR_SACKs and its timers,
+//     and hands the requester single PSNs to resend instead of a rewind;
+//     advance clears what it passes; lossEvent, the undo and the RTT
+//     sampling stay as they are, keyed by PSN.
 //
 // All times are nanoseconds of the engine's clock, passed in by the caller,
 // so the window can be driven alone (window_test.go).
