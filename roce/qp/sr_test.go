@@ -164,3 +164,46 @@ func TestSRInOrderCompletion(t *testing.T) {
 			sa.Get(CtrRetransmits), sa.Get(CtrSRRetransmits), b.q.Stats().Get(CtrSeqNAKsSent))
 	}
 }
+
+// TestSRRNRUnderLoss: with selective repeat, SENDs that find no receive
+// WQE (RNR NAK) while packets are also lost and reordered still complete,
+// in order and byte-exact, once receives are posted.
+func TestSRRNRUnderLoss(t *testing.T) {
+	for seed := range uint64(8) {
+		o := defaultOpts()
+		o.sr, o.minRNR = true, 1
+		o.f = faults{loss: 0.05, reorder: 0.05, dup: 0.02, seed: seed}
+		pr := newPair(t, o)
+		a, b := pr.a, pr.b
+		const n, size = 16, 3000
+		src, srcBuf := a.reg(t, n*size, allAcc)
+		dst, dstBuf := b.reg(t, n*size, allAcc)
+		fill(srcBuf, byte(seed))
+		for i := range n {
+			must(t, a.q.PostSend(&SendWR{ID: uint64(i), Opcode: WRSend, Flags: Signaled, SGL: []mr.SGE{sge(src, i*size, size)}}))
+		}
+		for range 20 {
+			pr.step()
+		}
+		for i := range n {
+			must(t, b.q.PostRecv(&RecvWR{ID: uint64(i), SGL: []mr.SGE{sge(dst, i*size, size)}}))
+		}
+		got := pr.poll(b, n)
+		for i, w := range got {
+			if w.Status != WCSuccess || w.ID != uint64(i) || w.ByteLen != size {
+				t.Fatalf("seed %d: receive %d: %+v", seed, i, w)
+			}
+		}
+		for i, w := range pr.poll(a, n) {
+			if w.Status != WCSuccess || w.ID != uint64(i) {
+				t.Fatalf("seed %d: send %d: %+v", seed, i, w)
+			}
+		}
+		if !bytes.Equal(srcBuf, dstBuf) {
+			t.Fatalf("seed %d: the bytes differ", seed)
+		}
+		if b.q.Stats().Get(CtrRNRNAKsSent) == 0 {
+			t.Fatalf("seed %d: no RNR NAK was sent", seed)
+		}
+	}
+}
