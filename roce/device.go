@@ -149,6 +149,7 @@ type Stats struct {
 	Duplicates              uint64 // duplicate requests received
 	QPDropped               uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
 	OOO                     OOOStats
+	SR                      SRStats
 }
 
 // addQPStats adds the counters of one queue pair to st.
@@ -163,6 +164,7 @@ func addQPStats(st *Stats, q *qp.QP) {
 	st.Duplicates += c.Duplicates
 	st.QPDropped += c.Dropped
 	st.OOO.add(c.OOO)
+	st.SR.add(c.SR)
 }
 
 // ErrClosed is returned by operations on a closed Device.

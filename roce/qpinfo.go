@@ -26,6 +26,7 @@ type QPStats struct {
 	ErrNAKsSent             uint64   // invalid request, remote access and remote operation NAKs sent
 	EncodeErrors            uint64   // frames the engine failed to encode (a bug)
 	OOO                     OOOStats // OOO queue pairs (zero for the others)
+	SR                      SRStats  // selective repeat (zero for go-back-N queue pairs)
 }
 
 // Stats returns the queue pair's counters (also after Destroy).
@@ -48,5 +49,6 @@ func qpStats(q *qp.QP) QPStats {
 		ErrNAKsSent:             c.Get(qp.CtrErrNAKsSent),
 		EncodeErrors:            c.Get(qp.CtrEncodeErrors),
 		OOO:                     oooStats(c),
+		SR:                      srStats(c),
 	}
 }
