@@ -253,6 +253,7 @@ func (w *sendWindow) acked(before uint32, now int64) (spurious bool) {
 	} else if w.fastDeadline != 0 {
 		w.fastDeadline = now + w.rto() // overdue means no progress for a while
 	}
+	w.sr.keepFast(w, now) // selective repeat: the fast timer runs while anything is outstanding
 	w.deadline = 0
 	if w.outstanding() {
 		w.armTimer(now)
@@ -312,6 +313,7 @@ func (w *sendWindow) expired(now int64) (fast, timeout bool) {
 			}
 			w.undoResent = false // the resend starts again at unacked, before undoPSN
 			w.lossEvent(false)
+			w.sr.keepFast(w, now)
 		}
 	}
 	if w.deadline == 0 || now < w.deadline {

@@ -127,3 +127,17 @@ func (b *srBoard) skip(psn uint32) {
 	setBit(&b.sacked, psn, true)
 	b.scan = wire.PSNAdd(psn, 1)
 }
+
+// keepFast keeps the window's fast retransmission timer running while
+// requests are outstanding (after progress, and after it fired, backed off
+// by fastTries up to fastMaxTries): with selective repeat a lost resend
+// may have nothing after it that a SACK could show arrived, and resends do
+// not arm the timer themselves (sr_req.go). Without selective repeat it
+// does nothing.
+func (b *srBoard) keepFast(w *sendWindow, now int64) {
+	if b.on && w.srtt != 0 && w.outstanding() && w.fastTries < fastMaxTries {
+		if rto := w.rto(); w.timeout == 0 || rto < w.timeout {
+			w.fastDeadline = now + rto
+		}
+	}
+}
