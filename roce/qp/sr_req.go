@@ -37,6 +37,7 @@ func (q *QP) compSack(p *wire.Packet) {
 		}
 	}
 	q.win.sr.sack(psn, p.Payload, q.win.unacked(), q.win.max)
+	q.win.sr.sackRTT(&q.win, q.e.now)
 }
 
 // lostInFlight responds to a timer (fast retransmission or local ACK

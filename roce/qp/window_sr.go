@@ -141,3 +141,15 @@ func (b *srBoard) keepFast(w *sendWindow, now int64) {
 		}
 	}
 }
+
+// sackRTT takes the window's RTT sample when a SACK at now shows its packet
+// arrived: with selective repeat a packet past a hole is answered by SACKs
+// until the hole is filled, and a sample taken only when unacked passes it
+// would add the repair time to the round trip (and push the fast timer's
+// timeout past the local ACK timeout, where it is not armed at all).
+func (b *srBoard) sackRTT(w *sendWindow, now int64) {
+	if b.on && w.sampling && bit(&b.sacked, w.sampPSN) && !wire.PSNBefore(w.sampPSN, w.una) {
+		w.rttSample(now - w.sampAt)
+		w.sampling = false
+	}
+}
