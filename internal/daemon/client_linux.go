@@ -43,8 +43,7 @@ type client struct {
 	snap          [snapLen]byte // private copy of the header being steered (client goroutine)
 	rx            [rxBatch][]byte
 	hdr           header
-	txMu          sync.Mutex // guards the port's sending side (Alloc, Send, Free) and txb
-	txb           [1][]byte
+	txMu          sync.Mutex // serializes deliveries into the port (its sending side)
 }
 
 // accept takes clients until the listener closes.
@@ -237,24 +236,16 @@ func (d *Daemon) release(c *client) {
 
 // deliver copies frame into c's port; hdr, when not nil, replaces the
 // frame's first len(hdr) bytes (the private copy its header was read from).
+// The port's SendCopy keeps the port mapped while it writes: the client may
+// detach (release closes the port) at any moment.
 func (c *client) deliver(frame, hdr []byte) {
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
-	if c.port.Alloc(c.txb[:]) == 0 {
-		c.overflow.Add(1)
-		return
-	}
-	if len(frame) > len(c.txb[0]) {
-		c.port.Free(c.txb[:])
-		c.overflow.Add(1)
-		return
-	}
-	b := c.txb[0][:len(frame)]
-	copy(b, frame)
-	copy(b, hdr)
-	c.txb[0] = b
-	if err := c.port.Send(c.txb[:]); err == nil {
+	queued, err := c.port.SendCopy(frame, hdr)
+	switch {
+	case queued:
 		c.toClient.Add(1)
+	case err == nil:
+		c.overflow.Add(1) // no free buffer, a frame too long, or the ring full
 	}
-	c.txb[0] = nil
 }

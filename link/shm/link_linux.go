@@ -131,6 +131,44 @@ func (l *Link) Send(frames [][]byte) error {
 	return err
 }
 
+// SendCopy copies frame into a transmit buffer, with hdr (when not nil)
+// over its first len(hdr) bytes, and queues it; it reports whether the frame
+// was queued (false: no free buffer, or the frame is longer than MaxFrame,
+// or the ring was full). Unlike Alloc, a write and Send, it holds the link
+// open from the allocation to the queueing, so a Close from another
+// goroutine cannot unmap the buffer while it is being written: the
+// xdproce daemon delivers to a client's port while the client may detach.
+func (l *Link) SendCopy(frame, hdr []byte) (bool, error) {
+	l.life.RLock()
+	defer l.life.RUnlock()
+	if l.closing.Load() {
+		return false, link.ErrClosed
+	}
+	if l.peerGone.Load() {
+		return false, ErrPeerGone
+	}
+	var c counts
+	defer l.add(&c)
+	var fb [1][]byte
+	if l.tx.alloc(fb[:], &c) == 0 {
+		return false, nil
+	}
+	if len(frame) > len(fb[0]) {
+		l.tx.put(fb[:])
+		return false, nil
+	}
+	b := fb[0][:len(frame)]
+	copy(b, frame)
+	copy(b, hdr)
+	fb[0] = b
+	queued, err := l.tx.send(fb[:], &c)
+	if queued && l.tx.wantsWake() {
+		unix.Write(l.txWake, one[:])
+		c.wakeups++
+	}
+	return queued, err
+}
+
 // Receive lends up to len(frames) frames from the ring from the peer; they
 // alias the shared frame area and stay valid until the next Receive, which
 // hands them back. Their bytes are shared with the peer: a hostile peer can
