@@ -112,7 +112,7 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 	defer timer.Stop()
 
 	c := &call{done: done}
-	for in != nil || len(c.pending) > 0 || c.busy > 0 {
+	for in != nil || len(c.pending) > 0 || c.busy > 0 || w.cm.open() {
 		full := false
 		for len(c.pending) > 0 && (c.busy == 0 || w.inflight < w.cfg.Window) {
 			si, ok := w.pick()
@@ -139,6 +139,11 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 			}
 			c.busy++
 		}
+		if w.cm != nil {
+			if err := w.maybePost(w.cm, in == nil && len(c.pending) == 0); err != nil {
+				return err
+			}
+		}
 		now := time.Now()
 		next := now.Add(time.Hour)
 		if full {
@@ -148,6 +153,9 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 			if w.slots[i].op.n >= 0 && w.slots[i].deadline.Before(next) {
 				next = w.slots[i].deadline
 			}
+		}
+		if r := w.cm; r.open() && r.posted && r.sent && r.due.Before(next) {
+			next = r.due
 		}
 		timer.Reset(next.Sub(now))
 		select {
@@ -207,6 +215,7 @@ func (w *Writer) run(ctx context.Context, read bool, notify roce.Notify, in <-ch
 					}
 				}
 			}
+			w.commitDue(w.cm, now)
 		}
 	}
 	return nil
@@ -263,6 +272,9 @@ func (w *Writer) post(si int, o op, read bool, notify roce.Notify) error {
 	sge := [1]roce.SGE{{Addr: l.Local.Addr + o.local, Length: uint32(o.n), LKey: l.Local.LKey}}
 	if o.n > 0 || read {
 		wr.SGL = sge[:]
+	}
+	if w.cm != nil {
+		w.cm.component(&wr, s)
 	}
 	if read {
 		wr.Opcode = roce.WROOORead
@@ -369,6 +381,10 @@ func (w *Writer) packets(s *slot) int {
 
 // complete handles one completion of call c.
 func (w *Writer) complete(wc roce.WC, c *call) error {
+	if wc.ID&commitBit != 0 {
+		w.commitComplete(w.cm, wc)
+		return nil
+	}
 	si, tid := int(wc.ID>>32), uint32(wc.ID)
 	if si >= len(w.slots) || w.slots[si].op.n < 0 || w.slots[si].tid != tid || wc.Ctx != 0 && wc.Ctx != w.slots[si].local {
 		if wc.Opcode == roce.WCOOODelivered {
@@ -411,7 +427,25 @@ func (w *Writer) complete(wc roce.WC, c *call) error {
 // idle ends the attempt on slot si: the slot is free again and its packets
 // no longer in flight.
 func (w *Writer) idle(si int) {
+	w.idleAs(si, false)
+}
+
+// idleAs is idle; failed says the attempt failed (a commit call: its round
+// fails).
+func (w *Writer) idleAs(si int, failed bool) {
 	s := &w.slots[si]
+	if s.inCommit {
+		s.inCommit = false
+		w.cm.ended(s.q, failed)
+		if failed && s.q != 0 {
+			// A late delivered completion of this attempt must not count
+			// on its queue once a later round reuses it: a fresh context
+			// makes it stale_ctx.
+			if err := w.renew(si); err != nil && w.cm.err == nil {
+				w.cm.err = err
+			}
+		}
+	}
 	w.inflight -= w.packets(s)
 	s.op.n = -1
 	w.lanes[s.lane].free = append(w.lanes[s.lane].free, si)
@@ -431,7 +465,7 @@ func (w *Writer) retry(si int, c *call) error {
 		l.down = true
 		w.st.Failovers++
 	}
-	w.idle(si)
+	w.idleAs(si, true)
 	c.busy--
 	o.tries++
 	if o.tries >= w.cfg.MaxTries {
@@ -474,22 +508,27 @@ func (w *Writer) live() int {
 func (w *Writer) abandon() error {
 	var errs []error
 	for i := range w.slots {
-		s := &w.slots[i]
-		if s.op.n < 0 {
+		if w.slots[i].op.n < 0 {
 			continue
 		}
-		l := &w.lanes[s.lane]
 		w.idle(i)
-		if err := l.QP.ReleaseContexts([]roce.Ctx{s.local}); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c, err := l.QP.AcquireContexts(1)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		s.local = c[0]
+		errs = append(errs, w.renew(i))
 	}
 	return errors.Join(errs...)
+}
+
+// renew gives slot si's local context back to the pool and takes a fresh
+// one.
+func (w *Writer) renew(si int) error {
+	s := &w.slots[si]
+	l := &w.lanes[s.lane]
+	if err := l.QP.ReleaseContexts([]roce.Ctx{s.local}); err != nil {
+		return err
+	}
+	c, err := l.QP.AcquireContexts(1)
+	if err != nil {
+		return err
+	}
+	s.local = c[0]
+	return nil
 }

@@ -25,6 +25,11 @@ type Stream struct {
 // the ranges were added, on the stream's goroutine; an error from it ends
 // the stream with that error.
 func (w *Writer) Stream(ctx context.Context, notify roce.Notify, delivered func(local, remote uint64, n int) error) (*Stream, error) {
+	return w.stream(ctx, notify, delivered, nil)
+}
+
+// stream starts a Stream, ending with commit c when not nil (StreamCommit).
+func (w *Writer) stream(ctx context.Context, notify roce.Notify, delivered func(local, remote uint64, n int) error, c *Commit) (*Stream, error) {
 	if err := checkNotify(notify); err != nil {
 		return nil, err
 	}
@@ -33,9 +38,15 @@ func (w *Writer) Stream(ctx context.Context, notify roce.Notify, delivered func(
 		w.mu.Unlock()
 		return nil, errors.New("ooo: writer closed")
 	}
+	if c != nil {
+		if err := w.beginCommit(*c); err != nil {
+			w.mu.Unlock()
+			return nil, err
+		}
+	}
 	s := &Stream{in: make(chan op, 16), end: make(chan struct{})}
 	go func() {
-		err := w.run(ctx, false, notify, s.in, delivered)
+		err := w.endCommit(w.run(ctx, false, notify, s.in, delivered))
 		w.mu.Unlock()
 		s.err = err
 		close(s.end)

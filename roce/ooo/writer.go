@@ -103,6 +103,8 @@ type Stats struct {
 	StaleCompletions uint64        // completions for a tid no longer current (ignored)
 	Late             uint64        // of those, of the slot's attempt before the current one: the timeout was too short
 	Failovers        uint64        // lanes taken out of a call after DownAfter timeouts in a row
+	CommitsPosted    uint64        // conditional commits posted (WriteCommit, StreamCommit; one per round)
+	CommitFlushes    uint64        // commits flushed unsent because an operation of their round failed
 	Loss             float64       // the current estimate of the packet loss rate
 	OpPackets        int           // the current operation size, in packets
 	RTT, RTTDev      time.Duration // the smoothed round trip of delivered attempts and its mean deviation
@@ -126,6 +128,12 @@ type Writer struct {
 	rr    int           // the lane the next operation tries first
 	// packets of the attempts in flight (Config.Window)
 	inflight int
+	// WriteCommit, StreamCommit (commit.go): the call's conditional state,
+	// this side's context for the commits' delivered completions, their
+	// last tid.
+	cm        *commitRun
+	commitCtx roce.Ctx
+	commitTID uint32
 }
 
 type lane struct {
@@ -145,8 +153,12 @@ type slot struct {
 	local, remote roce.Ctx
 	tid           uint32
 	op            op // the attempt in flight (op.n < 0: idle)
-	sent          time.Time
-	deadline      time.Time
+	// A commit call's attempt: the conditional queue it counts on (q; 0:
+	// none, it counts nowhere).
+	inCommit bool
+	q        uint8
+	sent     time.Time
+	deadline time.Time
 	// The attempt before, timed out: its late delivered completion is
 	// still a round-trip sample (the tid tells it apart).
 	prevTID     uint32
@@ -211,6 +223,10 @@ func (w *Writer) Close() error {
 			if s.lane == i && s.local != 0 {
 				held = append(held, s.local)
 			}
+		}
+		if i == 0 && w.commitCtx != 0 {
+			held = append(held, w.commitCtx)
+			w.commitCtx = 0
 		}
 		if len(held) > 0 {
 			errs = append(errs, w.lanes[i].QP.ReleaseContexts(held))
