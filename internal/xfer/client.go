@@ -230,16 +230,30 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 // more than size bytes, sends the end message with the SHA-256 of h and
 // waits for the server's verdict. It returns the SHA-256.
 func endPut(ctx context.Context, c *ctrl, r io.Reader, h hash.Hash, size int64, name string, final <-chan message) (string, error) {
-	// A file that grew while being read is not what was announced.
-	var extra [1]byte
-	if n, _ := r.Read(extra[:]); n > 0 {
-		c.send(&message{Type: msgError, Error: "the file grew while being sent"})
-		return "", fmt.Errorf("read %s: the file grew while being sent", name)
+	if err := checkEOF(c, r, name); err != nil {
+		return "", err
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: sum}); err != nil {
 		return sum, ctxErr(ctx, err)
 	}
+	return putVerdict(ctx, sum, final)
+}
+
+// checkEOF fails (telling the server) when r has more bytes: a file that
+// grew while being read is not what was announced.
+func checkEOF(c *ctrl, r io.Reader, name string) error {
+	var extra [1]byte
+	if n, _ := r.Read(extra[:]); n > 0 {
+		c.send(&message{Type: msgError, Error: "the file grew while being sent"})
+		return fmt.Errorf("read %s: the file grew while being sent", name)
+	}
+	return nil
+}
+
+// putVerdict waits for the server's answer to a put's end (or commit)
+// and checks its SHA-256 against sum.
+func putVerdict(ctx context.Context, sum string, final <-chan message) (string, error) {
 	select {
 	case m := <-final:
 		if m.Type == msgError {

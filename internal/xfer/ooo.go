@@ -50,9 +50,15 @@ type OOOResult struct {
 	StaleCompletions uint64  `json:"stale_completions"`
 	LossEstimate     float64 `json:"loss_estimate"`
 	OpPackets        int     `json:"op_packets,omitempty"`
-	Late             uint64  `json:"late_completions"` // stale completions of the attempt just before: timeouts too short
-	RTTMicros        int64   `json:"rtt_us"`           // the smoothed round trip of delivered operations
-	RTTDevMicros     int64   `json:"rtt_dev_us"`
+	// A put's conditional commit (ooo_commit.go): used, its commits posted
+	// (one per round) and those flushed because an operation of their
+	// round failed.
+	Commit        bool   `json:"commit,omitempty"`
+	CommitsPosted uint64 `json:"commits_posted,omitempty"`
+	CommitFlushes uint64 `json:"commit_flushes,omitempty"`
+	Late          uint64 `json:"late_completions"` // stale completions of the attempt just before: timeouts too short
+	RTTMicros     int64  `json:"rtt_us"`           // the smoothed round trip of delivered operations
+	RTTDevMicros  int64  `json:"rtt_dev_us"`
 	// This side's queue pair (the transport's drops).
 	StaleCtx  uint64 `json:"stale_ctx"`
 	StaleTID  uint64 `json:"stale_tid"`
@@ -159,7 +165,8 @@ func writerCounters(res *Result, w *ooo.Writer, q *qpConn, paths uint8) {
 	st := w.Stats()
 	res.OOO = &OOOResult{Paths: int(max(paths, 1)), Attempts: st.Attempts, Delivered: st.Delivered, Retries: st.Retries,
 		StaleCompletions: st.StaleCompletions, LossEstimate: st.Loss, OpPackets: st.OpPackets, Late: st.Late,
-		RTTMicros: st.RTT.Microseconds(), RTTDevMicros: st.RTTDev.Microseconds()}
+		RTTMicros: st.RTT.Microseconds(), RTTDevMicros: st.RTTDev.Microseconds(),
+		Commit: res.OOO != nil && res.OOO.Commit, CommitsPosted: st.CommitsPosted, CommitFlushes: st.CommitFlushes}
 	q.oooCounters(res)
 }
 
@@ -168,7 +175,9 @@ func writerCounters(res *Result, w *ooo.Writer, q *qpConn, paths uint8) {
 // The slots go through one ooo.Stream, so the operations of several slots
 // are in flight together (a retried operation at the end of one slot does
 // not hold up the next); the stream reports them delivered in the order
-// they were added, which is the file's.
+// they were added, which is the file's. The end is the conditional commit
+// (ooo_commit.go) when the server offers a commit context, else the end
+// message.
 func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *roce.Device, r io.Reader, size int64, name string, o *Options) (res Result, err error) {
 	slotSize, slots := stagingSize(size, o.SlotSize, o.Slots)
 	req := &message{Type: msgPutOOO, Name: name, Size: size, Force: o.Force}
@@ -187,7 +196,12 @@ func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *
 	var sent int64 // bytes delivered and announced, in file order
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
-	st, err := w.Stream(sctx, roce.NotifyInitiator, func(local, _ uint64, n int) error {
+	commit := acc.CommitCtx != 0
+	res.OOO = &OOOResult{Commit: commit}
+	if !commit {
+		o.Log.Warn("the server offers no commit context (an xdproce from before the conditional commit): the transfer ends by an end message on the control connection")
+	}
+	st, err := q.startStream(sctx, w, acc, func(local, _ uint64, n int) error {
 		if err := c.send(&message{Type: msgData, Slot: int(local) / q.slotSize, Off: sent, Len: n}); err != nil {
 			return err
 		}
@@ -224,6 +238,16 @@ func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *
 			return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))
 		}
 		off += int64(n)
+	}
+	if commit {
+		if err := checkEOF(c, r, name); err != nil {
+			return res, err
+		}
+		if res.SHA256, err = q.sendCommit(ctx, st, stop, size, h.Sum(nil), final); err != nil {
+			return res, err
+		}
+		res.finish(start)
+		return res, nil
 	}
 	if err := st.Close(); err != nil {
 		return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))

@@ -35,7 +35,7 @@ func TestSendGetOOO(t *testing.T) {
 		if err := <-r.srvErr; err != nil {
 			t.Fatalf("server: %v", err)
 		}
-		if res.SHA256 != sum(data) || res.Op != OpOOOWrite || res.OOO == nil || res.OOO.Paths != 4 || res.PathMTU != 4096 {
+		if res.SHA256 != sum(data) || res.Op != OpOOOWrite || res.OOO == nil || res.OOO.Paths != 4 || res.PathMTU != 4096 || !res.OOO.Commit {
 			t.Fatalf("send result %+v (ooo %+v)", res, res.OOO)
 		}
 		got, err := os.ReadFile(filepath.Join(r.dir, name))

@@ -72,6 +72,10 @@ type message struct {
 	// OOO mode (put_ooo, get_ooo accepts): the server's contexts, each an
 	// id and key (roce.Ctx), for the client's operations.
 	Ctxs []uint32 `json:"ctxs,omitempty"`
+	// put_ooo accepts: the context for the client's commit record and the
+	// record's offset in the staging buffer (ooo_commit.go).
+	CommitCtx uint32 `json:"commit_ctx,omitempty"`
+	CommitOff int64  `json:"commit_off,omitempty"`
 
 	// Enlargement channel (put_enlarge, get_enlarge and their accepts).
 	Channel *channelInfo `json:"channel,omitempty"`

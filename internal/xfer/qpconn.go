@@ -93,6 +93,9 @@ type qpConn struct {
 	// rel is the loss recovery this side offers (offer, before endpoint)
 	// or, after connect, the one both sides use.
 	rel roce.Reliability
+	// commit is an OOO put's server: the commit record's context
+	// (ooo_commit.go).
+	commit roce.Ctx
 }
 
 // newQPConn makes a queue pair of type typ (RC, or OOO: ooo.go) with a
@@ -107,7 +110,11 @@ func newQPConn(dev *roce.Device, typ roce.QPType, slotSize, slots int, access ro
 		return nil, err
 	}
 	q.slotSize, q.slots = slotSize, slots
-	q.buf = make([]byte, slotSize*slots)
+	n := slotSize * slots
+	if typ == roce.OOO {
+		n += commitLen // the commit record's place (ooo_commit.go)
+	}
+	q.buf = make([]byte, n)
 	if q.mr, err = q.pd.RegMR(q.buf, access); err != nil {
 		q.close()
 		return nil, fmt.Errorf("register %d bytes: %w", len(q.buf), err)

@@ -212,16 +212,24 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 	}
 	defer q.close()
 	acc := &message{Type: msgAccept, Addr: q.mr.Addr(), RKey: q.mr.RKey(), SlotSize: slotSize, Slots: slots}
+	if err := q.offerCommit(acc); err != nil {
+		return res, refuse(c, err)
+	}
 	if err := q.accept(c, req, acc, &res, o.Connect); err != nil {
 		return res, err
 	}
 	start := time.Now()
 	defer q.oooCounters(&res)
+	recv, stop := q.commitRecv(ctx, c)
+	defer stop()
 	h := sha256.New()
 	var next int64
+	var held *message // a commit that came before the data messages ahead of it
 	for {
 		var m message
-		if err := c.recv(&m); err != nil {
+		if held != nil && held.Off == next {
+			m, held = *held, nil
+		} else if err := recv(&m); err != nil {
 			return res, fmt.Errorf("receive %s after %d of %d bytes: %w", req.Name, next, req.Size, err)
 		}
 		switch m.Type {
@@ -238,6 +246,12 @@ func (s *Server) servePut(ctx context.Context, cancel context.CancelCauseFunc, c
 			if err := c.send(&message{Type: msgFree, Slot: m.Slot}); err != nil {
 				return res, err
 			}
+		case msgCommit: // OOO: the end, written by the client's engine (ooo_commit.go)
+			if m.Off > next && m.Off <= req.Size && held == nil {
+				held = &m // the data messages before it are still on their way
+				continue
+			}
+			fallthrough
 		case msgEnd:
 			return res, s.verdict(c, tmp, req, &m, h, next, start, &res)
 		default:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
 )
@@ -27,6 +28,14 @@ func pipeDevicesWith(t *testing.T, cfg pipe.Config) (a, b *roce.Device) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return devicesOn(t, la, lb)
+}
+
+// devicesOn makes a device on each link (198.51.100.1 and .2), closed at
+// the test's end.
+func devicesOn(t *testing.T, la, lb link.Link) (a, b *roce.Device) {
+	t.Helper()
+	var err error
 	if a, err = roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("198.51.100.1")}}); err != nil {
 		t.Fatal(err)
 	}
