@@ -9,7 +9,8 @@ import (
 
 // OOORecord holds the OOO headers of a frame with an OOO opcode
 // (docs/ooo-wire.md): OOO_WRITE, OOO_READ_REQ, OOO_COMPLETION,
-// OOO_3P_READ_REQ, OOO_3P_WRITE. The RETH of those frames is in Record.RETH
+// OOO_3P_READ_REQ, OOO_3P_WRITE, and half-RDMA/half-FIFO's OOO_FIFO_SEND,
+// OOO_READ_REQ_TO_FIFO, OOO_READ_REQ_FROM_FIFO. The RETH of those frames is in Record.RETH
 // as found; for data packets Index, Offset and Len say where the packet's
 // bytes lie in the operation.
 type OOORecord struct {
@@ -48,7 +49,7 @@ func describeOOO(p *wire.Packet, h wire.Headers) *OOORecord {
 		Ctx: x.Ctx.String(), CtxID: x.Ctx.ID(), CtxKey: x.Ctx.Key(), TID: x.TID, Total: x.Total,
 		Initiator: x.Initiator.String(), InitiatorID: x.Initiator.ID(), Notify: x.Notify.String(), Seg: x.Seg.Bytes(), Tag: x.Tag,
 	}
-	if h&wire.HasRETH != 0 && h&wire.HasXRR == 0 { // a data packet
+	if info, _ := p.BTH.Opcode.Info(); info.Payload { // a data packet
 		idx, off, n := p.BTH.PSN, x.Offset(p.BTH.PSN), uint32(len(p.Payload))
 		o.Index, o.Offset, o.Len = &idx, &off, &n
 	}

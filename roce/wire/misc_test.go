@@ -66,6 +66,10 @@ var opcodeFacts = []struct {
 	{0xC2, "OOO_COMPLETION", wire.HasXRH | wire.HasXCS, 40, false, false},
 	{0xC3, "OOO_3P_READ_REQ", wire.HasRETH | wire.HasXRH | wire.HasXRR | wire.HasXTPTarget | wire.HasXTPController, 112, false, true},
 	{0xC4, "OOO_3P_WRITE", wire.HasRETH | wire.HasXRH | wire.HasXTPController, 76, true, true},
+	// Half-RDMA / half-FIFO.
+	{0xC5, "OOO_FIFO_SEND", wire.HasXRH, 36, true, true},
+	{0xC6, "OOO_READ_REQ_TO_FIFO", wire.HasRETH | wire.HasXRH, 52, false, true},
+	{0xC7, "OOO_READ_REQ_FROM_FIFO", wire.HasXRH | wire.HasXRR, 48, false, true},
 	// Selective repeat (docs/sr-wire.md): AETH, then the 32-byte SACK bitmap as payload.
 	{0xE0, "SR_SACK", wire.HasAETH, 16, true, false},
 }
@@ -130,7 +134,7 @@ func TestOpcodeTable(t *testing.T) {
 	if diff := cmp.Diff(known, wire.Opcodes()); diff != "" {
 		t.Errorf("Opcodes() (-want +got):\n%s", diff)
 	}
-	for _, o := range []wire.Opcode{0x15, 0x18, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xC5, 0xDF, 0xE1, 0xFF} {
+	for _, o := range []wire.Opcode{0x15, 0x18, 0x19, 0x1F, 0x2C, 0x40, 0x60, 0x63, 0x66, 0x80, 0xC8, 0xDF, 0xE1, 0xFF} {
 		if _, ok := o.Info(); ok || o.Known() {
 			t.Errorf("%#x: known", uint8(o))
 		}

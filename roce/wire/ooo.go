@@ -123,16 +123,18 @@ func (p *Packet) encodeOOO(h Headers, b []byte) {
 
 // oooRule checks what an OOO packet's headers say against each other and
 // against the payload length n, and returns one of the ooo* codes:
-//   - data packets (OOO_WRITE, OOO_3P_WRITE): RETH.DMALen is n; the segment
+//   - data packets (OOO_WRITE, OOO_3P_WRITE, OOO_FIFO_SEND): RETH.DMALen
+//     (when there is a RETH) is n; the segment
 //     is a path MTU; the packet lies inside the operation (offset
 //     PSN × segment, plus n, at most Total) and is a whole segment unless it
 //     ends the operation;
-//   - READ requests: RETH.DMALen equals XRH.Total, and the segment of the
+//   - READ requests: RETH.DMALen (when there is a RETH) equals XRH.Total,
+//     and the segment of the
 //     response is a path MTU.
 func (p *Packet) oooRule(info *OpInfo, n int) int {
 	switch info.Kind {
-	case KindWrite:
-		if p.RETH.DMALen != uint32(n) {
+	case KindWrite, KindSend:
+		if info.Headers&HasRETH != 0 && p.RETH.DMALen != uint32(n) {
 			return oooLen
 		}
 		seg := uint64(p.XRH.Seg.Bytes())
@@ -144,7 +146,7 @@ func (p *Packet) oooRule(info *OpInfo, n int) int {
 			return oooPlace
 		}
 	case KindReadRequest:
-		if p.RETH.DMALen != p.XRH.Total {
+		if info.Headers&HasRETH != 0 && p.RETH.DMALen != p.XRH.Total {
 			return oooTotal
 		}
 		if !p.XRH.Seg.Valid() {

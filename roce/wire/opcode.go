@@ -63,6 +63,11 @@ const (
 	OOOCompletion Opcode = 0xC2 // XRH + XCS, no payload
 	OOO3PReadReq  Opcode = 0xC3 // as OOOReadReq + XTP target + XTP controller
 	OOO3PWrite    Opcode = 0xC4 // as OOOWrite + XTP controller
+	// Half-RDMA / half-FIFO (docs/ooo-wire.md): one side addresses memory,
+	// the other's data goes through its receive queue.
+	OOOFIFOSend        Opcode = 0xC5 // XRH, payload: into the receiver's receive queue, not its memory
+	OOOReadReqToFIFO   Opcode = 0xC6 // RETH (source VA, total) + XRH: the response comes as OOOFIFOSend
+	OOOReadReqFromFIFO Opcode = 0xC7 // XRH + XRR: into the source's receive queue; its user answers
 )
 
 // SRSack is xdproce's selective-repeat acknowledgement (docs/sr-wire.md),
@@ -280,6 +285,10 @@ var opTable = [256]OpInfo{
 	OOO3PReadReq: op("OOO_3P_READ_REQ", OOO, KindReadRequest, PosOnly,
 		HasRETH|HasXRH|HasXRR|HasXTPTarget|HasXTPController, false, true),
 	OOO3PWrite: op("OOO_3P_WRITE", OOO, KindWrite, PosOnly, HasRETH|HasXRH|HasXTPController, true, true),
+
+	OOOFIFOSend:        op("OOO_FIFO_SEND", OOO, KindSend, PosOnly, HasXRH, true, true),
+	OOOReadReqToFIFO:   op("OOO_READ_REQ_TO_FIFO", OOO, KindReadRequest, PosOnly, HasRETH|HasXRH, false, true),
+	OOOReadReqFromFIFO: op("OOO_READ_REQ_FROM_FIFO", OOO, KindReadRequest, PosOnly, HasXRH|HasXRR, false, true),
 
 	SRSack: op("SR_SACK", SR, KindAck, PosOnly, HasAETH, true, false),
 }

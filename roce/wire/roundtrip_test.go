@@ -156,19 +156,23 @@ func randomOOO(rng *rand.Rand, p *wire.Packet, info *wire.OpInfo, n int) {
 		Notify: wire.Notify(rng.Uint32()), Seg: wire.MTU(1 + rng.IntN(5)), Resv: uint16(rng.Uint32()), Tag: rng.Uint32(),
 	}
 	switch info.Kind {
-	case wire.KindWrite:
+	case wire.KindWrite, wire.KindSend:
 		for p.XRH.Seg.Bytes() < n {
 			p.XRH.Seg++
 		}
 		seg := uint32(p.XRH.Seg.Bytes())
 		p.BTH.PSN = uint32(rng.IntN(1000))
-		p.RETH.DMALen = uint32(n)
+		if info.Headers&wire.HasRETH != 0 {
+			p.RETH.DMALen = uint32(n)
+		}
 		p.XRH.Total = p.BTH.PSN*seg + uint32(n) // the last packet
 		if uint32(n) == seg && rng.IntN(2) == 0 {
 			p.XRH.Total += uint32(rng.IntN(1 << 20)) // one in the middle
 		}
 	case wire.KindReadRequest:
-		p.XRH.Total = p.RETH.DMALen
+		if info.Headers&wire.HasRETH != 0 {
+			p.XRH.Total = p.RETH.DMALen
+		}
 	}
 	if info.Headers&wire.HasXRR != 0 {
 		p.XRR = wire.XRR{VA: rng.Uint64(), RKey: rng.Uint32()}
