@@ -20,8 +20,9 @@ const MaxPaths = 64
 
 // checkOOOSend checks an OOO work request at post.
 func (q *QP) checkOOOSend(wr *SendWR) error {
+	reply := wr.Opcode == WROOOReadReply
 	switch wr.Opcode {
-	case WROOOWrite, WROOORead:
+	case WROOOWrite, WROOORead, WROOOFIFOSend, WROOOReadToFIFO, WROOOReadFromFIFO, WROOOReadReply:
 	case WROOO3PRead:
 		if err := check3PSend(wr); err != nil {
 			return err
@@ -36,18 +37,28 @@ func (q *QP) checkOOOSend(wr *SendWR) error {
 		return fmt.Errorf("qp: post send: OOO notify %v (reserved bits set)", wr.Notify)
 	case wr.Paths > MaxPaths:
 		return fmt.Errorf("qp: post send: %d paths, max %d", wr.Paths, MaxPaths)
-	case wr.RemoteCtx.ID() == 0:
+	case wr.RemoteCtx.ID() == 0 && !reply:
 		return errors.New("qp: post send: OOO remote context id 0")
+	case (wr.OpTotal != 0 || wr.OpOffset != 0) && wr.Opcode != WROOOWrite && wr.Opcode != WROOOFIFOSend &&
+		wr.Opcode != WROOOReadToFIFO:
+		return fmt.Errorf("qp: post send: %v takes no OpTotal or OpOffset", wr.Opcode)
+	case wr.OpOffset != 0 && wr.OpTotal == 0:
+		return errors.New("qp: post send: OpOffset without OpTotal")
 	}
 	if err := checkCond(wr); err != nil {
 		return err
 	}
-	if wr.Opcode == WROOORead {
+	switch wr.Opcode {
+	case WROOORead, WROOOReadFromFIFO:
 		if len(wr.SGL) != 1 {
-			return fmt.Errorf("qp: post send: OOO READ takes one SGE (the sink), got %d", len(wr.SGL))
+			return fmt.Errorf("qp: post send: %v takes one SGE (the sink), got %d", wr.Opcode, len(wr.SGL))
 		}
 		if wr.Flags&Inline != 0 {
-			return errors.New("qp: post send: inline OOO READ")
+			return fmt.Errorf("qp: post send: inline %v", wr.Opcode)
+		}
+	case WROOOReadToFIFO:
+		if len(wr.SGL) != 0 || wr.OpOffset != 0 {
+			return errors.New("qp: post send: a READ to FIFO takes no SGE and no OpOffset (its data goes to the receive queue; OpTotal is its length)")
 		}
 	}
 	if IsGroupCtx(wr.RemoteCtx) && wr.Opcode != WROOOWrite {
@@ -55,7 +66,8 @@ func (q *QP) checkOOOSend(wr *SendWR) error {
 	}
 	// A group WRITE's completions come from its members, one each, with no
 	// context on this side (ooo_group.go).
-	need := wr.Opcode == WROOORead || wr.Notify&wire.NotifyInitiator != 0 && !IsGroupCtx(wr.RemoteCtx)
+	need := wr.Opcode == WROOORead || wr.Opcode == WROOOReadFromFIFO || wr.Opcode == WROOOReadToFIFO || reply ||
+		wr.Notify&wire.NotifyInitiator != 0 && !IsGroupCtx(wr.RemoteCtx)
 	if wr.Ctx == 0 && need {
 		return fmt.Errorf("qp: post send: %v with notify %v needs this side's context (Ctx)", wr.Opcode, wr.Notify)
 	}

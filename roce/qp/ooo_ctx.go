@@ -63,6 +63,8 @@ type ctxState struct {
 	poisoned bool // a protection error: this tid never completes
 	busy     bool // READ source: the response is queued or streaming
 	acked    bool // this side's WRITE, or a READ it served: the completion packet came
+	fifo     bool // half-FIFO: the data goes to this side's receive queue (target, READ sink) or a READ is answered so (source)
+	fifoReq  bool // READ source of an OOO_READ_REQ_FROM_FIFO: its user has not answered yet
 	// The operation, as its packets describe it.
 	total  uint32      // bytes
 	seg    uint32      // segment size in bytes (packet i carries offset i × seg)

@@ -26,6 +26,12 @@ func (q *QP) oooReceive(p *wire.Packet, out Output) {
 		q.ooo3PReadRequest(p)
 	case wire.OOO3PWrite:
 		q.ooo3PPlace(p, out)
+	case wire.OOOReadReqToFIFO:
+		q.oooReadRequest(p)
+	case wire.OOOFIFOSend:
+		q.oooFIFOSend(p, out)
+	case wire.OOOReadReqFromFIFO:
+		q.oooReadFromFIFO(p)
 	default:
 		q.stats.inc(CtrDropped)
 	}
@@ -164,8 +170,9 @@ func (q *QP) oooDelivered(s *ctxState, x wire.Ctx) {
 	q.scq.push(&WC{ID: s.wrID, Opcode: WCOOODelivered, ByteLen: s.total, QPN: q.qpn, Ctx: x, TID: s.tid, Tag: s.tag})
 }
 
-// oooReadRequest serves an OOO_READ_REQ: the response goes to the
-// initiator's context.
+// oooReadRequest serves an OOO_READ_REQ (or OOO_READ_REQ_TO_FIFO, answered
+// with OOO_FIFO_SEND packets): the response goes to the initiator's
+// context.
 func (q *QP) oooReadRequest(p *wire.Packet) { q.oooServeRead(p, p.XRH.Initiator, nil, nil) }
 
 // oooServeRead serves a READ request whose response goes to the context
@@ -200,6 +207,7 @@ func (q *QP) oooServeRead(p *wire.Packet, peer wire.Ctx, k *sink, ctl *wire.XTP)
 	}
 	s.srcVA, s.srcKey = p.RETH.VA, p.RETH.RKey
 	s.base, s.rkey = p.XRR.VA, p.XRR.RKey
+	s.fifo = p.BTH.Opcode == wire.OOOReadReqToFIFO // the response goes to the reader's receive queue
 	if q.e.attr.Access&mr.RemoteRead == 0 {
 		q.oooProtection(s, x.Ctx)
 		return

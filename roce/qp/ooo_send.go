@@ -50,6 +50,10 @@ type oooWR struct {
 	condQ          uint8      // conditional queue (component or conditional request)
 	cond           Cond       // a conditional request's condition
 	met            bool       // the condition held at a count while it waited at the head
+	// Half-RDMA / half-FIFO (ooo_fifo.go).
+	opTotal uint32 // the operation's bytes when it is not this request's length (pieces, READ to FIFO)
+	opOff   uint64 // a piece's offset in its operation
+	seg     uint32 // the segment when it is not the path MTU (a reply: the requester's)
 }
 
 func (o *oooEngine) queue(w oooWork) bool {
@@ -151,20 +155,25 @@ func (q *QP) oooProgress(out Output) int64 {
 // to (if any), for a READ the one its response lands in.
 func (q *QP) oooStart(w *sendWQE) WCStatus {
 	o := &w.ooo
+	if w.opcode == WROOOReadReply {
+		return q.fifoReplyStart(w)
+	}
 	var s *ctxState
-	if o.ctx != 0 || w.opcode == WROOORead {
+	read := w.opcode == WROOORead || w.opcode == WROOOReadFromFIFO || w.opcode == WROOOReadToFIFO
+	if o.ctx != 0 || read {
 		if s = q.ooo.pool.state(q.qpn, o.ctx); s == nil {
 			return WCLocQPOpErr // released or recovered since the post
 		}
 	}
-	if w.opcode == WROOORead {
+	switch w.opcode {
+	case WROOORead, WROOOReadFromFIFO:
 		g := &w.sgl[0]
 		if _, err := q.tbl.Remote(q.pd, o.sinkRKey, g.Addr, uint64(g.Length), mr.RemoteWrite); err != nil {
 			return WCLocProtErr
 		}
 		s.start(roleReadSink, o.tid, uint32(w.length), q.e.pmtu)
 		s.base, s.rkey = g.Addr, o.sinkRKey
-	} else if w.opcode == WROOO3PRead {
+	case WROOO3PRead:
 		if s == nil {
 			return WCSuccess
 		}
@@ -173,14 +182,24 @@ func (q *QP) oooStart(w *sendWQE) WCStatus {
 		s.start(roleWriteInit, o.tid, o.sink.Len, q.e.pmtu)
 		s.peer, s.notify, s.tag, s.wrID = o.sink.Ctx, o.notify, o.tag, w.id
 		return WCSuccess
-	} else {
+	case WROOOReadToFIFO:
+		s.start(roleReadSink, o.tid, o.opTotal, q.e.pmtu)
+		s.fifo = true
+	default:
+		if st := q.checkPiece(w); st != WCSuccess {
+			return st
+		}
 		if w.inline == nil && !q.checkSGL(w.sgl, 0) {
 			return WCLocProtErr
 		}
 		if s == nil {
 			return WCSuccess
 		}
-		s.start(roleWriteInit, o.tid, uint32(w.length), q.e.pmtu)
+		// The pieces of one operation share its context: only the first
+		// starts it.
+		if o.opTotal == 0 || s.role != roleWriteInit || s.tid != o.tid {
+			s.start(roleWriteInit, o.tid, max(o.opTotal, uint32(w.length)), q.e.pmtu)
+		}
 	}
 	s.peer, s.notify, s.tag, s.wrID, s.condQ = o.remoteCtx, o.notify, o.tag, w.id, o.condQ
 	return WCSuccess
@@ -196,23 +215,45 @@ func (q *QP) oooBuild(w *sendWQE, buf []byte, out Output) (st WCStatus, last boo
 	if o.paths > 1 && e.attr.AV.SrcPort == 0 {
 		p.SrcPort = spreadPort(e.hdr.SrcPort, idx%uint32(o.paths))
 	}
-	p.XRH = wire.XRH{Ctx: o.remoteCtx, TID: o.tid, Total: uint32(w.length), Initiator: o.ctx, Notify: o.notify,
-		Seg: wire.MTUFromBytes(int(e.pmtu)), Tag: o.tag}
-	if w.opcode == WROOORead {
+	seg := e.pmtu
+	if o.seg != 0 {
+		seg = o.seg
+	}
+	total := uint32(w.length)
+	if o.opTotal != 0 {
+		total = o.opTotal
+	}
+	p.XRH = wire.XRH{Ctx: o.remoteCtx, TID: o.tid, Total: total, Initiator: o.ctx, Notify: o.notify,
+		Seg: wire.MTUFromBytes(int(seg)), Tag: o.tag}
+	switch w.opcode {
+	case WROOORead:
 		p.BTH.Opcode = wire.OOOReadReq
-		p.RETH = wire.RETH{VA: w.remoteAddr, RKey: w.rkey, DMALen: uint32(w.length)}
+		p.RETH = wire.RETH{VA: w.remoteAddr, RKey: w.rkey, DMALen: total}
 		p.XRR = wire.XRR{VA: w.sgl[0].Addr, RKey: o.sinkRKey}
 		q.emit(out, buf, 0)
 		return WCSuccess, true
-	}
-	if w.opcode == WROOO3PRead {
+	case WROOOReadToFIFO:
+		p.BTH.Opcode = wire.OOOReadReqToFIFO
+		p.RETH = wire.RETH{VA: w.remoteAddr, RKey: w.rkey, DMALen: total}
+		q.emit(out, buf, 0)
+		return WCSuccess, true
+	case WROOOReadFromFIFO:
+		p.BTH.Opcode = wire.OOOReadReqFromFIFO
+		p.XRR = wire.XRR{VA: w.sgl[0].Addr, RKey: o.sinkRKey}
+		q.emit(out, buf, 0)
+		return WCSuccess, true
+	case WROOO3PRead:
 		q.oooBuild3P(w, buf, out)
 		return WCSuccess, true
 	}
-	off := uint64(idx) * uint64(e.pmtu)
-	n := min(w.length-off, uint64(e.pmtu))
-	p.BTH.Opcode, p.BTH.PSN = wire.OOOWrite, idx
-	p.RETH = wire.RETH{VA: w.remoteAddr + off, RKey: w.rkey, DMALen: uint32(n)}
+	off := uint64(idx) * uint64(seg)
+	n := min(w.length-off, uint64(seg))
+	p.BTH.Opcode, p.BTH.PSN = wire.OOOWrite, uint32((o.opOff+off)/uint64(seg))
+	if w.opcode == WROOOFIFOSend {
+		p.BTH.Opcode = wire.OOOFIFOSend // no RETH: the peer's receive queue takes it
+	} else {
+		p.RETH = wire.RETH{VA: w.remoteAddr + off, RKey: w.rkey, DMALen: uint32(n)}
+	}
 	hl := p.HeaderLen()
 	if hl+int(n)+wire.ICRCLen > len(buf) {
 		q.stats.inc(CtrEncodeErrors)
@@ -280,7 +321,11 @@ func (q *QP) oooEmitResponse(s *ctxState, from wire.Ctx, out Output) bool {
 		p.BTH.Opcode = wire.OOOWrite
 	}
 	p.BTH.PSN = idx
-	p.RETH = wire.RETH{VA: s.base + off, RKey: s.rkey, DMALen: uint32(n)}
+	if s.fifo {
+		p.BTH.Opcode = wire.OOOFIFOSend // no RETH: the reader's receive queue takes it
+	} else {
+		p.RETH = wire.RETH{VA: s.base + off, RKey: s.rkey, DMALen: uint32(n)}
+	}
 	p.XRH = wire.XRH{Ctx: s.peer, TID: s.tid, Total: s.total, Initiator: from, Notify: s.notify,
 		Seg: wire.MTUFromBytes(int(s.seg)), Tag: s.tag}
 	hl := p.HeaderLen()

@@ -65,11 +65,15 @@ const (
 	WCOOORead      // send CQ: the request of a WROOORead went to the link
 	WCOOODelivered // send CQ: delivered: the target's completion came (WRITE), or the response was placed whole (READ)
 	WCOOOTarget    // receive CQ: a peer's operation on one of this QP's contexts completed, or failed (Status)
+	// Half-RDMA / half-FIFO: receive WQEs consumed by OOO packets.
+	WCOOOFIFO        // receive CQ: one packet of an OOO_FIFO_SEND placed in a receive WQE (Offset: its place in the operation)
+	WCOOOReadRequest // receive CQ: a peer's WROOOReadFromFIFO on context Ctx asks for ByteLen bytes: answer with WROOOReadReply
 )
 
 var wcOpcodeNames = [...]string{"WCOpcode(0)", "IBV_WC_SEND", "IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ",
 	"IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD", "IBV_WC_RECV", "IBV_WC_RECV_RDMA_WITH_IMM",
-	"XDP_WC_OOO_WRITE", "XDP_WC_OOO_READ", "XDP_WC_OOO_DELIVERED", "XDP_WC_OOO_TARGET"}
+	"XDP_WC_OOO_WRITE", "XDP_WC_OOO_READ", "XDP_WC_OOO_DELIVERED", "XDP_WC_OOO_TARGET",
+	"XDP_WC_OOO_FIFO", "XDP_WC_OOO_READ_REQUEST"}
 
 func (o WCOpcode) String() string { return enumName(wcOpcodeNames[:], int(o), "WCOpcode") }
 
@@ -90,6 +94,9 @@ type WC struct {
 	Ctx wire.Ctx
 	TID uint32
 	Tag uint32
+	// WCOOOFIFO: the packet's offset in its operation (its bytes are
+	// [Offset, Offset+ByteLen) of the sender's data).
+	Offset uint64
 }
 
 // ErrCQOverflow reports that a completion queue was full when a completion

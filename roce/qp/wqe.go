@@ -45,7 +45,8 @@ func (w *sendWQE) fill(q *QP, wr *SendWR) error {
 	w.remoteAddr, w.rkey, w.compareAdd, w.swap, w.invRKey = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap, wr.InvRKey
 	w.remoteQPN, w.remoteQKey = wr.RemoteQPN, wr.RemoteQKey
 	w.ooo = oooWR{ctx: wr.Ctx, remoteCtx: wr.RemoteCtx, tid: wr.TID, notify: wr.Notify, tag: wr.Tag,
-		paths: wr.Paths, sinkRKey: wr.SinkRKey, sink: wr.Sink, condQ: wr.CondQueue, cond: wr.Cond}
+		paths: wr.Paths, sinkRKey: wr.SinkRKey, sink: wr.Sink, condQ: wr.CondQueue, cond: wr.Cond,
+		opTotal: wr.OpTotal, opOff: wr.OpOffset}
 	if w.av != nil && wr.AH != nil {
 		*w.av = *wr.AH
 	}

@@ -25,11 +25,18 @@ const (
 	// WROOO3PRead: third-party READ: the peer streams RemoteAddr/RKey in
 	// RemoteCtx to Sink, another node, whose completion comes to Ctx.
 	WROOO3PRead
+	// Half-RDMA / half-FIFO (docs/ooo.md): one side addresses memory, the
+	// other side's data goes through its receive queue.
+	WROOOFIFOSend     // half send write: SGL to the peer's receive queue (OOO_FIFO_SEND) in RemoteCtx
+	WROOOReadToFIFO   // half send read: RemoteAddr/RKey, OpTotal bytes, into this side's receive queue in Ctx
+	WROOOReadFromFIFO // half receive read: the peer's user answers (WROOOReadReply) into SGL[0] (SinkRKey) in Ctx
+	WROOOReadReply    // the answer to a peer's WROOOReadFromFIFO: SGL (any pieces) on Ctx, TID of the request
 )
 
 var wrOpcodeNames = [...]string{"WROpcode(0)", "IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE_WITH_IMM",
 	"IBV_WR_SEND", "IBV_WR_SEND_WITH_IMM", "IBV_WR_RDMA_READ", "IBV_WR_ATOMIC_CMP_AND_SWP",
-	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV", "XDP_WR_OOO_WRITE", "XDP_WR_OOO_READ", "XDP_WR_OOO_3P_READ"}
+	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV", "XDP_WR_OOO_WRITE", "XDP_WR_OOO_READ", "XDP_WR_OOO_3P_READ",
+	"XDP_WR_OOO_FIFO_SEND", "XDP_WR_OOO_READ_TO_FIFO", "XDP_WR_OOO_READ_FROM_FIFO", "XDP_WR_OOO_READ_REPLY"}
 
 func (o WROpcode) String() string { return enumName(wrOpcodeNames[:], int(o), "WROpcode") }
 
@@ -44,9 +51,9 @@ func (o WROpcode) wcOpcode() WCOpcode {
 		return WCCompSwap
 	case WRAtomicFetchAdd:
 		return WCFetchAdd
-	case WROOOWrite:
+	case WROOOWrite, WROOOFIFOSend, WROOOReadReply:
 		return WCOOOWrite
-	case WROOORead, WROOO3PRead:
+	case WROOORead, WROOO3PRead, WROOOReadToFIFO, WROOOReadFromFIFO:
 		return WCOOORead
 	}
 	return WCSend
@@ -98,6 +105,13 @@ type SendWR struct {
 	Paths     uint8       // spread the packets over this many UDP source ports (ECMP); 0 or 1: one
 	SinkRKey  uint32      // WROOORead: the rkey of the region SGL[0] lies in (the response is placed by rkey)
 	Sink      ThirdParty  // WROOO3PRead: the node the data goes to (docs/ooo.md, Third party)
+	// A piece of one OOO WRITE (half receive write: the operation gathered
+	// from several work requests): OpTotal is the operation's bytes (0:
+	// this request is the whole operation), OpOffset this piece's place in
+	// it (a multiple of the path MTU; RemoteAddr is the piece's own VA).
+	// WROOOReadToFIFO: OpTotal is the bytes asked for.
+	OpTotal  uint32
+	OpOffset uint64
 	// Conditional operations (docs/ooo.md): a component has Notify
 	// ToSelf|Initiator and CondQueue; a conditional request has CondQueue
 	// and Cond.
