@@ -80,27 +80,14 @@ func (q *QP) oooFIFOSend(p *wire.Packet, out Output) {
 		return
 	}
 	idx := p.BTH.PSN
-	switch d := int32(x.TID - s.tid); {
-	case d < 0:
-		q.stats.inc(CtrStaleTID)
+	fresh, ok := q.oooDataTID(s, x, x.Initiator, true)
+	if !ok {
 		return
-	case d > 0:
+	}
+	if fresh {
 		s.start(roleTarget, x.TID, x.Total, uint32(x.Seg.Bytes()))
 		s.fifo = true
 		s.notify, s.peer, s.tag = x.Notify, x.Initiator, x.Tag
-	default:
-		if !s.fifo || s.role != roleTarget && s.role != roleReadSink {
-			q.stats.inc(CtrDropped)
-			return
-		}
-		if s.done {
-			q.stats.inc(CtrDupIndex)
-			return
-		}
-		if x.Total != s.total || uint32(x.Seg.Bytes()) != s.seg || x.Initiator != s.peer {
-			q.stats.inc(CtrDropped)
-			return
-		}
 	}
 	if idx >= s.npkts {
 		q.stats.inc(CtrDropped)

@@ -61,11 +61,11 @@ func (q *QP) oooPlaceFor(p *wire.Packet, peer wire.Ctx, out Output) {
 	}
 	idx := p.BTH.PSN
 	off := x.Offset(idx)
-	switch d := int32(x.TID - s.tid); {
-	case d < 0:
-		q.stats.inc(CtrStaleTID)
+	fresh, ok := q.oooDataTID(s, x, peer, false)
+	if !ok {
 		return
-	case d > 0:
+	}
+	if fresh {
 		// The first packet of a new operation: the context is reset, the
 		// operation's place fixed by this packet (every later one must
 		// agree).
@@ -76,19 +76,6 @@ func (q *QP) oooPlaceFor(p *wire.Packet, peer wire.Ctx, out Output) {
 		s.start(roleTarget, x.TID, x.Total, uint32(x.Seg.Bytes()))
 		s.base, s.rkey = p.RETH.VA-off, p.RETH.RKey
 		s.notify, s.peer, s.tag = x.Notify, peer, x.Tag
-	default:
-		if s.role != roleTarget && s.role != roleReadSink {
-			q.stats.inc(CtrDropped)
-			return
-		}
-		if s.done {
-			q.stats.inc(CtrDupIndex)
-			return
-		}
-		if s.poisoned || x.Total != s.total || uint32(x.Seg.Bytes()) != s.seg || peer != s.peer {
-			q.stats.inc(CtrDropped)
-			return
-		}
 	}
 	if idx >= s.npkts {
 		q.stats.inc(CtrDropped)
@@ -116,6 +103,34 @@ func (q *QP) oooPlaceFor(p *wire.Packet, peer wire.Ctx, out Output) {
 		s.done = true
 		q.oooPlaced(s, x.Ctx, out)
 	}
+}
+
+// oooDataTID applies the transaction id rules to a data packet (OOO_WRITE,
+// or OOO_FIFO_SEND with fifo) for context s from peer (the context its
+// completion goes to): an older tid is stale; a newer one starts a new
+// operation (fresh: the caller resets s); the current one must be an
+// operation placing data here the same way (memory or receive queue), not
+// yet whole or poisoned, that the packet agrees with. ok is false when the
+// packet is dropped (and counted).
+func (q *QP) oooDataTID(s *ctxState, x *wire.XRH, peer wire.Ctx, fifo bool) (fresh, ok bool) {
+	switch d := int32(x.TID - s.tid); {
+	case d < 0:
+		q.stats.inc(CtrStaleTID)
+		return false, false
+	case d > 0:
+		return true, true
+	}
+	switch {
+	case s.fifo != fifo || s.role != roleTarget && s.role != roleReadSink:
+		q.stats.inc(CtrDropped)
+	case s.done:
+		q.stats.inc(CtrDupIndex)
+	case s.poisoned || x.Total != s.total || uint32(x.Seg.Bytes()) != s.seg || peer != s.peer:
+		q.stats.inc(CtrDropped)
+	default:
+		return false, true
+	}
+	return false, false
 }
 
 // oooProtection handles a protection error on s's current operation: the
