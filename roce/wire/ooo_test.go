@@ -19,7 +19,7 @@ import (
 )
 
 // oooOpcodes are the OOO opcodes, restated from docs/ooo-wire.md.
-var oooOpcodes = []wire.Opcode{0xC0, 0xC1, 0xC2, 0xC3, 0xC4}
+var oooOpcodes = []wire.Opcode{0xC0, 0xC1, 0xC2, 0xC3, 0xC4, 0xC5, 0xC6, 0xC7}
 
 // hexBytes decodes hex written with spaces and | separators.
 func hexBytes(t testing.TB, s string) []byte {
