@@ -33,12 +33,7 @@ func FuzzReceive(f *testing.F) {
 		p := newPair(t, o)
 		v := p.b
 		rw, _ := v.reg(t, 4096, allAcc)
-		roBuf := make([]byte, 4096)
-		_, err := v.pd.Register(roBuf, mr.RemoteRead|mr.LocalWrite)
-		must(t, err)
-		local := make([]byte, 4096)
-		_, err = v.pd.Register(local, 0)
-		must(t, err)
+		roBuf, local := guardRegions(t, v.pd)
 		land, _ := v.reg(t, 4096, mr.LocalWrite)
 		must(t, v.q.PostRecv(&RecvWR{ID: 1, SGL: []mr.SGE{sge(rw, 0, 2048)}}))
 		must(t, v.q.PostSend(&SendWR{ID: 2, Opcode: WRRDMARead, SGL: []mr.SGE{sge(land, 0, 3000)}, RemoteAddr: 0x1000, RKey: 5}))
@@ -50,7 +45,7 @@ func FuzzReceive(f *testing.F) {
 		roBefore := bytes.Clone(roBuf)
 
 		var pk wire.Packet
-		err = pk.Decode(frame)
+		err := pk.Decode(frame)
 		if err != nil && !errors.Is(err, wire.ErrBadICRC) && !errors.Is(err, wire.ErrBadChecksum) {
 			return
 		}
@@ -71,4 +66,15 @@ func FuzzReceive(f *testing.F) {
 			t.Fatal("a local-only region was written")
 		}
 	})
+}
+
+// guardRegions registers a REMOTE_READ-only region and a local-only one in
+// pd (4 KiB each, zeroed): a fuzzed frame must leave both as they are.
+func guardRegions(t *testing.T, pd *mr.PD) (roBuf, local []byte) {
+	roBuf, local = make([]byte, 4096), make([]byte, 4096)
+	_, err := pd.Register(roBuf, mr.RemoteRead|mr.LocalWrite)
+	must(t, err)
+	_, err = pd.Register(local, 0)
+	must(t, err)
+	return roBuf, local
 }

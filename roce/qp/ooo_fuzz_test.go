@@ -42,12 +42,7 @@ func FuzzReceiveOOO(f *testing.F) {
 		}
 		p := newOOOPair(t)
 		v := p.b
-		roBuf := make([]byte, 4096)
-		_, err := v.pd.Register(roBuf, mr.RemoteRead|mr.LocalWrite)
-		must(t, err)
-		local := make([]byte, 4096)
-		_, err = v.pd.Register(local, 0)
-		must(t, err)
+		roBuf, local := guardRegions(t, v.pd)
 		// The receive buffers lie in bufB's second half; the first half is
 		// where remote writes may land.
 		for i := range 8 {
