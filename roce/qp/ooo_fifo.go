@@ -123,7 +123,8 @@ func (q *QP) oooFIFOSend(p *wire.Packet, out Output) {
 
 // oooReadFromFIFO takes an OOO_READ_REQ_FROM_FIFO: a peer's half receive
 // read. Ignored as an OOO_READ_REQ would be (context not held, tid not
-// newer, busy, segment above the path MTU); otherwise it consumes a
+// newer, busy, segment above the path MTU); otherwise (also when an older
+// request on the context is still unanswered) it consumes a
 // receive WQE (WCOOOReadRequest: Ctx, TID, ByteLen the bytes asked) and
 // the context waits for this side's WROOOReadReply. With the receive queue
 // empty it is dropped and the context left as it was.
@@ -137,7 +138,10 @@ func (q *QP) oooReadFromFIFO(p *wire.Packet) {
 		q.stats.inc(CtrStaleTID)
 		return
 	}
-	if s.busy || s.fifoReq || (s.role == roleTarget || s.role == roleReadSink) && !s.done && !s.poisoned {
+	// A request still waiting for this side's answer does not make the
+	// context busy: a newer tid means the reader gave up on it, and the
+	// answer to it will find the tid moved on (WCLocQPOpErr).
+	if s.busy || (s.role == roleTarget || s.role == roleReadSink) && !s.done && !s.poisoned {
 		q.stats.inc(CtrOOOReadBusy)
 		return
 	}

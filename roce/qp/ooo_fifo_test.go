@@ -40,3 +40,33 @@ func TestOOOFIFOEmptyQueue(t *testing.T) {
 		t.Fatalf("the missing packet: %d frames back, completions %+v", len(out), wcs)
 	}
 }
+
+// TestOOOFIFOReadRequestRetry: a half receive read left unanswered is
+// replaced by the reader's retry (a larger tid): a second request
+// completion, and the answer to the first fails (WCLocQPOpErr) while the
+// answer to the second goes out.
+func TestOOOFIFOReadRequestRetry(t *testing.T) {
+	p := newOOOPair(t)
+	must(t, p.b.q.PostRecv(&RecvWR{ID: 1}))
+	must(t, p.b.q.PostRecv(&RecvWR{ID: 2}))
+	var reqs [][]byte
+	for tid := uint32(1); tid <= 2; tid++ {
+		must(t, p.a.q.PostSend(&SendWR{ID: uint64(tid), Opcode: WROOOReadFromFIFO, SGL: []mr.SGE{sge(p.ma, 0, 100)},
+			SinkRKey: p.ma.RKey(), Ctx: p.ca[0], RemoteCtx: p.cb[0], TID: tid, Notify: wire.NotifyInitiator}))
+		reqs = append(reqs, sent(p.a, p.now)...)
+	}
+	hand(t, p.b, p.now, reqs...)
+	wcs := pollAll(p.b.cq)
+	if len(wcs) != 2 || wcs[0].TID != 1 || wcs[1].TID != 2 || wcs[1].Opcode != WCOOOReadRequest {
+		t.Fatalf("request completions %+v", wcs)
+	}
+	for tid := uint32(1); tid <= 2; tid++ {
+		must(t, p.b.q.PostSend(&SendWR{ID: 10 + uint64(tid), Opcode: WROOOReadReply, Flags: Signaled,
+			SGL: []mr.SGE{sge(p.mb, 0, 100)}, Ctx: p.cb[0], TID: tid}))
+	}
+	out := sent(p.b, p.now)
+	wcs = pollAll(p.b.cq)
+	if len(out) != 1 || len(wcs) != 2 || wcs[0].Status != WCLocQPOpErr || wcs[1].Status != WCSuccess {
+		t.Fatalf("%d frames; completions %+v", len(out), wcs)
+	}
+}
