@@ -52,8 +52,8 @@ With --mode ooo the file goes in OOO mode (docs/ooo.md): an OOO queue pair on
 each side, this side's OOO WRITEs placed by the server in any order, no
 retransmission by the transport; this side reissues an operation whose
 completion does not come (a larger transaction id, a longer timeout each
-time) and sizes operations from the loss it sees. The last piece ends with
-a commit record (size, SHA-256) that this side's engine sends as a
+time) and sizes operations from the loss it sees. The transfer ends with a
+commit record (size, SHA-256) that this side's engine sends as a
 conditional OOO WRITE the moment the last piece's completion comes back; a
 lost piece cancels that commit and a fresh one follows the reissue. --paths N spreads each
 operation's packets over N UDP source ports (ECMP; over --link udp the
