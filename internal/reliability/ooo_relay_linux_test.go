@@ -47,6 +47,9 @@ type sendResult struct {
 		StaleCtx         uint64  `json:"stale_ctx"`
 		StaleTID         uint64  `json:"stale_tid"` // late completions the transport dropped
 		DupIndex         uint64  `json:"dup_index"`
+		Commit           bool    `json:"commit"`
+		CommitsPosted    uint64  `json:"commits_posted"`
+		CommitFlushes    uint64  `json:"commit_flushes"`
 	} `json:"ooo"`
 }
 
@@ -148,7 +151,8 @@ func TestPrivilegedOOORelay(t *testing.T) {
 	}
 	seen := make(map[key]bool)
 	ops := make(map[op]bool)
-	cpls := make(map[op]bool) // completions received, by (initiator context, tid)
+	cpls := make(map[op]bool)    // completions received, by (initiator context, tid)
+	commits := make(map[op]bool) // the commit's attempts sent (not the helper's operations)
 	var fr capture.Frame
 	var p wire.Packet
 	var frames, twice, cplFrames int
@@ -168,6 +172,10 @@ func TestPrivilegedOOORelay(t *testing.T) {
 			continue
 		}
 		if fr.Dir != capture.DirOutbound || p.BTH.Opcode != wire.OOOWrite {
+			continue
+		}
+		if bytes.HasPrefix(p.Payload, []byte("XDCM")) { // the conditional commit's record (internal/xfer/ooo_commit.go)
+			commits[op{p.XRH.Ctx, p.XRH.TID}] = true
 			continue
 		}
 		frames++
@@ -195,6 +203,11 @@ func TestPrivilegedOOORelay(t *testing.T) {
 	if extra, counted := uint64(cplFrames)-o.Delivered-o.StaleCompletions, o.StaleTID+o.StaleCtx+o.DupIndex; extra > counted+128 {
 		t.Errorf("%d completion frames beyond the helper's, only %d counted by the transport (stale_tid %d, stale_ctx %d, dup_index %d)",
 			extra, counted, o.StaleTID, o.StaleCtx, o.DupIndex)
+	}
+	// The put ends with the conditional commit: sent at least once, at
+	// most once per commit posted and not flushed.
+	if n := uint64(len(commits)); !o.Commit || n == 0 || n > o.CommitsPosted-o.CommitFlushes {
+		t.Errorf("commit %v: %d sent, %d posted, %d flushed", o.Commit, n, o.CommitsPosted, o.CommitFlushes)
 	}
 	if twice > 0 || uint64(len(ops)) != o.Attempts || frames < int(size/4096) {
 		t.Errorf("%d (context, tid, index) sent more than once; %d (context, tid) in the capture for %d attempts; %d frames",
