@@ -34,6 +34,7 @@ type client struct {
 	first, last   uint32
 	since         time.Time
 	endOnce       sync.Once
+	ending        atomic.Bool   // end was called: serve stops at its next batch
 	fromClient    atomic.Uint64 // frames read from the client
 	toClient      atomic.Uint64 // frames delivered to it
 	dropForeign   atomic.Uint64 // its UD frames naming a source QPN not its own
@@ -180,11 +181,16 @@ func (c *client) watch() {
 	}
 }
 
-// end closes the client's port, which ends serve.
+// end stops the client: its connection closes and serve, woken, returns
+// and releases it. The port is closed by release, once serve reads no
+// frame lent from it: closing it here, from the watch goroutine or Close,
+// unmapped frames serve was still steering (the daemon died with SIGSEGV
+// in egress.push).
 func (c *client) end() {
 	c.endOnce.Do(func() {
+		c.ending.Store(true)
 		c.conn.Close()
-		c.port.Close()
+		c.port.Wake()
 	})
 }
 
@@ -193,7 +199,7 @@ func (c *client) serve() {
 	d := c.d
 	defer d.release(c)
 	rx := c.rx[:]
-	for {
+	for !c.ending.Load() {
 		n, err := c.port.Receive(rx)
 		if err != nil {
 			break
@@ -217,6 +223,7 @@ func (c *client) serve() {
 // close.
 func (d *Daemon) release(c *client) {
 	c.end()
+	c.port.Close() // serve has returned (or never ran): nothing reads its frames
 	d.mu.Lock()
 	if d.clients[c.id] == c {
 		delete(d.clients, c.id)
