@@ -44,7 +44,7 @@ func TestLabPromotionsOverRoCE(t *testing.T) {
 	}
 	// the freed buffers' rkeys are gone from b's key table...
 	for name, r := range map[string]Region{"small ring": smallRing, "phase-1 buffer": phase1} {
-		if _, err := l.b.tbl.Remote(l.b.pd, r.RKey(), r.Addr(), 8, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+		if _, err := l.b.tbl.Remote(l.b.pd, nil, r.RKey(), r.Addr(), 8, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
 			t.Errorf("%s rkey lookup: %v, want ErrInvalidKey", name, err)
 		}
 	}

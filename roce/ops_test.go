@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
-	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/qp"
 )
 
@@ -243,21 +242,42 @@ func runOperationsCfg(t *testing.T, p *devPair, cfg connCfg) {
 	})
 
 	t.Run("SEND_WITH_INV", func(t *testing.T) {
+		// What a peer's SEND with Invalidate withdraws in userspace verbs: a
+		// type 2B window bound on the receiving queue pair.
 		extra := make([]byte, 4096)
-		m, err := y.pd.RegMR(extra, roce.LocalWrite|roce.RemoteWrite|mr.RemoteInvalidate)
+		m, err := y.pd.RegMR(extra, roce.LocalWrite|roce.RemoteWrite|roce.MWBind)
 		if err != nil {
 			t.Fatal(err)
 		}
+		w, err := y.pd.AllocMW(roce.MWType2B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := roce.IncRKey(w.RKey())
+		if err := y.qp.PostSend(roce.SendWR{ID: 90, Opcode: roce.WRBindMW, Flags: qp.Signaled, Bind: roce.BindWR{MW: w,
+			RKey: k, Info: roce.BindInfo{MR: m, Addr: m.Addr(), Length: 4096, Access: roce.RemoteWrite}}}); err != nil {
+			t.Fatal(err)
+		}
+		diffWC(t, roce.WC{ID: 90, Status: qp.WCSuccess, Opcode: roce.WCBindMW, QPN: yq}, waitWC(t, y.scq))
 		if err := y.qp.PostRecv(roce.RecvWR{ID: 91, SGL: []roce.SGE{y.sge(dstOff, 4096)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := x.qp.PostSend(roce.SendWR{ID: 92, Opcode: qp.WRSendInv, Flags: qp.Signaled, InvRKey: m.RKey(),
+		if err := x.qp.PostSend(roce.SendWR{ID: 92, Opcode: qp.WRSendInv, Flags: qp.Signaled, InvRKey: k,
 			SGL: []roce.SGE{x.sge(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 		diffWC(t, roce.WC{ID: 92, Status: qp.WCSuccess, Opcode: qp.WCSend, ByteLen: 64, QPN: xq}, waitWC(t, x.scq))
-		diffWC(t, roce.WC{ID: 91, Status: qp.WCSuccess, Opcode: qp.WCRecv, ByteLen: 64, ImmData: m.RKey(),
+		diffWC(t, roce.WC{ID: 91, Status: qp.WCSuccess, Opcode: qp.WCRecv, ByteLen: 64, ImmData: k,
 			WithInv: true, QPN: yq, SrcQPN: xq}, waitWC(t, y.rcq))
+		if w.Bound() {
+			t.Error("the window is still bound after SEND_WITH_INV")
+		}
+		if err := w.Dealloc(); err != nil {
+			t.Error(err)
+		}
+		if err := m.Deregister(); err != nil {
+			t.Error(err)
+		}
 	})
 }
 

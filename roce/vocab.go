@@ -35,8 +35,9 @@ type (
 )
 
 // Access flags (ibverbs values, and RemoteInvalidate: xdproce's stand-in for
-// the fast-registration regions of ibv_alloc_mr, the only regions whose rkey a
-// peer's SEND_WITH_INVALIDATE may withdraw).
+// the kernel's fast-registration regions, the only regions whose rkey a peer's
+// SEND_WITH_INVALIDATE may withdraw; type 2B windows (roce/mw.go) are what
+// userspace verbs invalidates). MWBind and ZeroBased are in roce/mw.go.
 const (
 	LocalWrite       = mr.LocalWrite
 	RemoteWrite      = mr.RemoteWrite

@@ -10,17 +10,21 @@
 // rkey is not issued again (the table remembers the last DefaultRetiredKeys
 // released rkeys).
 //
-// A peer may withdraw an rkey with a SEND with Invalidate only if the region
-// was registered with RemoteInvalidate (xdproce's stand-in for the
-// fast-registration regions of ibv_alloc_mr, the only ones rxe lets a peer
-// invalidate); Table.InvalidateRKey refuses any other with ErrAccess.
+// Memory windows (mw.go; type 1 and 2B, as rxe has them) lend a peer part of
+// a region registered with MWBind under rkeys of their own. A peer may
+// withdraw an rkey with a SEND with Invalidate (and this side with a
+// LOCAL_INV) only if it is a type 2B window's or the region was registered
+// with RemoteInvalidate (xdproce's stand-in for the kernel's fast-registration
+// regions, the only other ones rxe invalidates); Table.InvalidateRKey refuses
+// any other with ErrAccess.
 //
 // The engine looks memory up with Table.Local and Table.Remote, which check the
-// key, the protection domain, the access flags and the bounds (with
-// overflow-safe arithmetic), and allocate nothing. All methods are safe for
-// concurrent use.
+// key, the protection domain (and for a type 2B window the queue pair), the
+// access flags and the bounds (with overflow-safe arithmetic), and allocate
+// nothing. All methods are safe for concurrent use.
 //
 // Errors: ErrInvalidKey, ErrOutOfBounds, ErrAccess and ErrPDMismatch are the
 // sentinels lookups return; ErrLimit reports a full table; ErrBusy a PD still
-// in use; ErrDeallocated a PD or region already released.
+// in use; ErrDeallocated a PD, region or window already released; ErrBound a
+// region that windows are bound to.
 package mr

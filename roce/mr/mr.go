@@ -21,21 +21,28 @@ const (
 	RemoteWrite  Access = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
 	RemoteRead   Access = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	RemoteAtomic Access = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+	MWBind       Access = 1 << 4 // IBV_ACCESS_MW_BIND: memory windows may be bound to the region
+	// ZeroBased (IBV_ACCESS_ZERO_BASED) is a window flag only (type 2B):
+	// the peer addresses the window from 0. Regions refuse it.
+	ZeroBased Access = 1 << 5
 
 	// RemoteInvalidate (an xdproce flag, no ibverbs bit) lets a peer
-	// withdraw the region's rkey with a SEND with Invalidate. It stands in
-	// for the fast-registration regions of ibv_alloc_mr
-	// (IB_MR_TYPE_MEM_REG), the only regions rxe lets a peer invalidate;
-	// an ordinary region (ibv_reg_mr) refuses it, and so does one
-	// registered without this flag. Once invalidated, the rkey is refused
-	// like a deregistered one; the region stays usable locally.
+	// withdraw the region's rkey with a SEND with Invalidate (or this side
+	// with a LOCAL_INV work request). It stands in for the fast-registration
+	// regions of the kernel's ib_alloc_mr (IB_MR_TYPE_MEM_REG), which
+	// xdproce does not implement and userspace ibverbs cannot register: the
+	// only regions rxe lets anyone invalidate. An ordinary region
+	// (ibv_reg_mr) refuses it, and so does one registered without this flag.
+	// Once invalidated, the rkey is refused like a deregistered one; the
+	// region stays usable locally. What a userspace verbs user invalidates
+	// for real is a type 2B memory window (mw.go).
 	RemoteInvalidate Access = 1 << 31
 
-	allAccess = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | RemoteInvalidate
+	allAccess = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind | ZeroBased | RemoteInvalidate
 )
 
 var accessNames = [32]string{0: "LOCAL_WRITE", 1: "REMOTE_WRITE", 2: "REMOTE_READ", 3: "REMOTE_ATOMIC",
-	31: "REMOTE_INVALIDATE"}
+	4: "MW_BIND", 5: "ZERO_BASED", 31: "REMOTE_INVALIDATE"}
 
 // String lists the flags as "LOCAL_WRITE|REMOTE_READ"; the empty set is "0".
 func (a Access) String() string {
@@ -70,6 +77,7 @@ var (
 	ErrLimit       = errors.New("limit reached") // shared with roce.ErrLimit (QPs too), so no "mr:" prefix
 	ErrBusy        = errors.New("mr: protection domain in use")
 	ErrDeallocated = errors.New("mr: already released")
+	ErrBound       = errors.New("mr: memory windows bound to the region")
 )
 
 // DefaultMaxMRs is the number of regions a Table holds unless WithMaxMRs says
@@ -114,14 +122,16 @@ func WithRand(r io.Reader) Option {
 // value is not usable; call NewTable.
 type Table struct {
 	mu sync.RWMutex
-	// gen counts the removals of keys (Deregister, InvalidateRKey); a
-	// Cache entry is good while it has not moved. Written under mu.
+	// gen counts the removals and rebinds of keys (Deregister,
+	// InvalidateRKey, window binds and deallocation); a Cache entry is good
+	// while it has not moved. Written under mu.
 	gen    atomic.Uint64
 	lkeys  map[uint32]*MR
 	rkeys  map[uint32]*MR
 	maxMRs int
 	rand   io.Reader
 	nMRs   int
+	mw     mwTable // memory windows (mw.go)
 
 	// Released rkeys, not issued again: a set and its FIFO.
 	retired    map[uint32]struct{}
@@ -212,6 +222,7 @@ type MR struct {
 	lkey   uint32
 	rkey   uint32
 	dead   bool // guarded by pd.t.mu
+	nmw    int  // windows bound to the region, guarded by pd.t.mu
 }
 
 // LKey returns the local key.
@@ -253,6 +264,9 @@ func (pd *PD) RegisterIOVA(buf []byte, iova uint64, access Access) (*MR, error) 
 	if access&^allAccess != 0 {
 		return nil, fmt.Errorf("mr: register: unknown access flags %#x", uint32(access&^allAccess))
 	}
+	if access&ZeroBased != 0 {
+		return nil, errors.New("mr: register: ZERO_BASED regions are not supported (windows may be zero-based)")
+	}
 	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
 		return nil, fmt.Errorf("mr: register: %v needs LOCAL_WRITE", access)
 	}
@@ -292,6 +306,7 @@ func (t *Table) insert(m *MR) error {
 	}
 	t.lkeys[m.lkey] = m
 	t.rkeys[m.rkey] = m
+	t.mw.addTop(m.rkey)
 	t.nMRs++
 	return nil
 }
@@ -311,6 +326,9 @@ func (t *Table) newKey(used map[uint32]*MR, retired map[uint32]struct{}) (uint32
 		if _, dup := used[k]; dup {
 			continue
 		}
+		if retired != nil && t.mw.owns(k) {
+			continue // a window's rkey space (index<<8 | key)
+		}
 		if _, old := retired[k]; !old {
 			return k, nil
 		}
@@ -319,13 +337,19 @@ func (t *Table) newKey(used map[uint32]*MR, retired map[uint32]struct{}) (uint32
 }
 
 // Deregister removes the region; its keys are refused from the moment the call
-// returns. A second call fails with ErrDeallocated.
+// returns. A second call fails with ErrDeallocated; while memory windows are
+// bound to the region it fails with ErrBound (as rxe refuses it).
 func (m *MR) Deregister() error {
 	t := m.pd.t
 	t.mu.Lock()
 	if m.dead {
 		t.mu.Unlock()
 		return fmt.Errorf("mr: deregister: %w", ErrDeallocated)
+	}
+	if m.nmw > 0 {
+		n := m.nmw
+		t.mu.Unlock()
+		return fmt.Errorf("mr: deregister: %d windows: %w", n, ErrBound)
 	}
 	m.dead = true
 	t.gen.Add(1)
@@ -342,24 +366,30 @@ func (m *MR) Deregister() error {
 	return nil
 }
 
-// InvalidateRKey withdraws the remote key of a live region of pd (as a SEND
-// with Invalidate does): the region stays usable locally, the key is refused
-// from then on. Only a region registered with RemoteInvalidate may be
-// invalidated; any other fails with ErrAccess and keeps its key (as rxe
-// refuses remote invalidation of an ibv_reg_mr region). It returns
-// ErrInvalidKey, ErrPDMismatch or ErrAccess, unwrapped.
-func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
+// InvalidateRKey withdraws a remote key of pd, as a SEND with Invalidate
+// (qp: the queue pair it arrived on) or a LOCAL_INV work request (qp nil)
+// does. A region's rkey is refused from then on (the region stays usable
+// locally); only a region registered with RemoteInvalidate may be
+// invalidated, any other fails with ErrAccess and keeps its key (as rxe
+// refuses invalidation of an ibv_reg_mr region), and one with windows bound
+// fails with ErrBound. A type 2B window's rkey frees the window
+// (invalidateMW, mw.go). It returns ErrInvalidKey, ErrPDMismatch, ErrAccess
+// or ErrBound, unwrapped.
+func (t *Table) InvalidateRKey(pd *PD, qp QPRef, rkey uint32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	m, ok := t.rkeys[rkey]
 	if !ok {
-		return ErrInvalidKey
+		return t.invalidateMW(pd, qp, rkey)
 	}
 	if m.pd != pd {
 		return ErrPDMismatch
 	}
 	if m.access&RemoteInvalidate == 0 {
 		return ErrAccess
+	}
+	if m.nmw > 0 {
+		return ErrBound
 	}
 	t.gen.Add(1)
 	delete(t.rkeys, rkey)
@@ -371,21 +401,24 @@ func (t *Table) InvalidateRKey(pd *PD, rkey uint32) error {
 func (t *Table) retire(k uint32) {
 	if len(t.retiredQ) >= t.retiredMax {
 		delete(t.retired, t.retiredQ[0])
+		t.mw.dropTop(t.retiredQ[0])
 		t.retiredQ = t.retiredQ[1:]
 	}
 	t.retired[k] = struct{}{}
 	t.retiredQ = append(t.retiredQ, k)
 }
 
-// Remote returns n bytes of registered memory at va for a peer holding rkey,
-// if the region belongs to pd and grants need (RemoteWrite, RemoteRead or
-// RemoteAtomic). Errors: ErrInvalidKey, ErrPDMismatch, ErrAccess,
-// ErrOutOfBounds. It allocates nothing.
-func (t *Table) Remote(pd *PD, rkey uint32, va uint64, n uint64, need Access) ([]byte, error) {
+// Remote returns n bytes of memory at va for a peer holding rkey on queue
+// pair qp of pd, if the key grants need (RemoteWrite, RemoteRead or
+// RemoteAtomic): a region's rkey, or a bound window's (mw.go: inside the
+// window only; a type 2B window only on the queue pair it is bound to).
+// Errors: ErrInvalidKey, ErrPDMismatch, ErrAccess, ErrOutOfBounds. It
+// allocates nothing.
+func (t *Table) Remote(pd *PD, qp QPRef, rkey uint32, va uint64, n uint64, need Access) ([]byte, error) {
 	t.mu.RLock()
-	m := t.rkeys[rkey]
+	g := t.remoteTarget(rkey)
 	t.mu.RUnlock()
-	return m.check(pd, va, n, need)
+	return g.check(pd, qp, va, n, need)
 }
 
 // Local returns n bytes of registered memory at addr for an SGE holding lkey,
@@ -393,67 +426,95 @@ func (t *Table) Remote(pd *PD, rkey uint32, va uint64, n uint64, need Access) ([
 // to read). Errors as for Remote.
 func (t *Table) Local(pd *PD, lkey uint32, addr uint64, n uint64, need Access) ([]byte, error) {
 	t.mu.RLock()
-	m := t.lkeys[lkey]
+	g := t.lkeys[lkey].target()
 	t.mu.RUnlock()
-	return m.check(pd, addr, n, need)
+	return g.check(pd, nil, addr, n, need)
 }
 
-// A Cache remembers the region one key last resolved to, so that the
-// packets of a message, which all name the same key, find it without the
-// table's lock and map: on the data path the lock's shared counter and the
-// map lookup cost more than the rest of the bounds check. An entry is used
-// only while no key has been removed from the table since it was filled
-// (Deregister and InvalidateRKey bump the table's generation), so a cached
-// key is refused from the moment either call returns, as a looked-up one.
-// The zero Cache is empty; a Cache must not be used by two goroutines at
-// once, nor with two tables.
+// remoteTarget resolves an rkey: a region's, else a bound window's. Called
+// with t.mu held.
+func (t *Table) remoteTarget(rkey uint32) target {
+	if m := t.rkeys[rkey]; m != nil {
+		return m.target()
+	}
+	return t.mw.target(rkey)
+}
+
+// A target is the memory a key resolves to, as the key's holder addresses
+// it: buf[0] is at address base. ok is false for a key that names nothing.
+type target struct {
+	ok     bool
+	pd     *PD
+	qp     QPRef // a type 2B window's queue pair; nil: any queue pair of pd
+	buf    []byte
+	base   uint64
+	access Access
+}
+
+func (m *MR) target() target {
+	if m == nil {
+		return target{}
+	}
+	return target{ok: true, pd: m.pd, buf: m.buf, base: m.iova, access: m.access}
+}
+
+// A Cache remembers what one key last resolved to, so that the packets of a
+// message, which all name the same key, find it without the table's lock
+// and map: on the data path the lock's shared counter and the map lookup
+// cost more than the rest of the bounds check. An entry is used only while
+// no key has been removed or rebound since it was filled (Deregister,
+// InvalidateRKey, window binds and deallocation bump the table's
+// generation), so a cached key is refused from the moment either call
+// returns, as a looked-up one. The zero Cache is empty; a Cache must not be
+// used by two goroutines at once, nor with two tables.
 type Cache struct {
-	m   *MR
+	g   target
 	gen uint64
 	key uint32
 }
 
 // RemoteCached is Remote through c.
-func (t *Table) RemoteCached(c *Cache, pd *PD, rkey uint32, va uint64, n uint64, need Access) ([]byte, error) {
-	if g := t.gen.Load(); c.m == nil || c.key != rkey || c.gen != g {
+func (t *Table) RemoteCached(c *Cache, pd *PD, qp QPRef, rkey uint32, va uint64, n uint64, need Access) ([]byte, error) {
+	if g := t.gen.Load(); !c.g.ok || c.key != rkey || c.gen != g {
 		t.mu.RLock()
-		m := t.rkeys[rkey]
+		*c = Cache{g: t.remoteTarget(rkey), gen: g, key: rkey}
 		t.mu.RUnlock()
-		*c = Cache{m: m, gen: g, key: rkey}
 	}
-	return c.m.check(pd, va, n, need)
+	return c.g.check(pd, qp, va, n, need)
 }
 
 // LocalCached is Local through c.
 func (t *Table) LocalCached(c *Cache, pd *PD, lkey uint32, addr uint64, n uint64, need Access) ([]byte, error) {
-	if g := t.gen.Load(); c.m == nil || c.key != lkey || c.gen != g {
+	if g := t.gen.Load(); !c.g.ok || c.key != lkey || c.gen != g {
 		t.mu.RLock()
-		m := t.lkeys[lkey]
+		*c = Cache{g: t.lkeys[lkey].target(), gen: g, key: lkey}
 		t.mu.RUnlock()
-		*c = Cache{m: m, gen: g, key: lkey}
 	}
-	return c.m.check(pd, addr, n, need)
+	return c.g.check(pd, nil, addr, n, need)
 }
 
-func (m *MR) check(pd *PD, va, n uint64, need Access) ([]byte, error) {
-	if m == nil {
+func (g *target) check(pd *PD, qp QPRef, va, n uint64, need Access) ([]byte, error) {
+	if !g.ok {
 		return nil, ErrInvalidKey
 	}
-	if m.pd != pd {
+	if g.pd != pd {
 		return nil, ErrPDMismatch
 	}
-	if m.access&need != need {
+	if g.qp != nil && g.qp != qp {
+		return nil, ErrInvalidKey // a type 2B window bound to another queue pair
+	}
+	if g.access&need != need {
 		return nil, ErrAccess
 	}
-	size := uint64(len(m.buf))
-	if va < m.iova {
+	size := uint64(len(g.buf))
+	if va < g.base {
 		return nil, ErrOutOfBounds
 	}
-	off := va - m.iova
+	off := va - g.base
 	if off > size || n > size-off {
 		return nil, ErrOutOfBounds
 	}
-	return m.buf[off : off+n : off+n], nil
+	return g.buf[off : off+n : off+n], nil
 }
 
 // An SGE is one element of a scatter/gather list: Length bytes at Addr in the

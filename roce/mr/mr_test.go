@@ -143,7 +143,7 @@ func TestRemoteChecks(t *testing.T) {
 					t.Skip("lkey equals rkey by chance")
 				}
 			}
-			b, err := tbl.Remote(tc.pd, key, tc.va, tc.n, tc.need)
+			b, err := tbl.Remote(tc.pd, nil, key, tc.va, tc.n, tc.need)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Remote: err = %v, want %v", err, tc.want)
 			}
@@ -211,13 +211,13 @@ func TestDeregisterInvalidatesAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tbl.Remote(pd, m.RKey(), m.Addr(), 64, mr.RemoteWrite); err != nil {
+	if _, err := tbl.Remote(pd, nil, m.RKey(), m.Addr(), 64, mr.RemoteWrite); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Deregister(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tbl.Remote(pd, m.RKey(), m.Addr(), 1, mr.RemoteRead); !errors.Is(err, mr.ErrInvalidKey) {
+	if _, err := tbl.Remote(pd, nil, m.RKey(), m.Addr(), 1, mr.RemoteRead); !errors.Is(err, mr.ErrInvalidKey) {
 		t.Fatalf("Remote after deregister: %v, want ErrInvalidKey", err)
 	}
 	if _, err := tbl.Local(pd, m.LKey(), m.Addr(), 1, 0); !errors.Is(err, mr.ErrInvalidKey) {
@@ -235,19 +235,19 @@ func TestInvalidateRKey(t *testing.T) {
 	tbl := mr.NewTable()
 	pd := tbl.AllocPD()
 	m, _ := pd.Register(make([]byte, 8), mr.LocalWrite|mr.RemoteWrite|mr.RemoteInvalidate)
-	if err := tbl.InvalidateRKey(tbl.AllocPD(), m.RKey()); !errors.Is(err, mr.ErrPDMismatch) {
+	if err := tbl.InvalidateRKey(tbl.AllocPD(), nil, m.RKey()); !errors.Is(err, mr.ErrPDMismatch) {
 		t.Fatalf("invalidate from another pd: %v", err)
 	}
-	if err := tbl.InvalidateRKey(pd, m.RKey()); err != nil {
+	if err := tbl.InvalidateRKey(pd, nil, m.RKey()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tbl.Remote(pd, m.RKey(), m.Addr(), 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+	if _, err := tbl.Remote(pd, nil, m.RKey(), m.Addr(), 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
 		t.Fatalf("Remote after invalidate: %v", err)
 	}
 	if _, err := tbl.Local(pd, m.LKey(), m.Addr(), 1, mr.LocalWrite); err != nil {
 		t.Fatalf("Local after invalidate: %v", err)
 	}
-	if err := tbl.InvalidateRKey(pd, m.RKey()); !errors.Is(err, mr.ErrInvalidKey) {
+	if err := tbl.InvalidateRKey(pd, nil, m.RKey()); !errors.Is(err, mr.ErrInvalidKey) {
 		t.Fatalf("second invalidate: %v, want ErrInvalidKey", err)
 	}
 	if err := m.Deregister(); err != nil {
@@ -261,13 +261,13 @@ func TestInvalidateRKeyOrdinaryRegion(t *testing.T) {
 	tbl := mr.NewTable()
 	pd := tbl.AllocPD()
 	m, _ := pd.Register(make([]byte, 8), mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic)
-	if err := tbl.InvalidateRKey(pd, m.RKey()); !errors.Is(err, mr.ErrAccess) {
+	if err := tbl.InvalidateRKey(pd, nil, m.RKey()); !errors.Is(err, mr.ErrAccess) {
 		t.Fatalf("invalidate an ordinary region: %v, want ErrAccess", err)
 	}
-	if _, err := tbl.Remote(pd, m.RKey(), m.Addr(), 8, mr.RemoteWrite); err != nil {
+	if _, err := tbl.Remote(pd, nil, m.RKey(), m.Addr(), 8, mr.RemoteWrite); err != nil {
 		t.Fatalf("Remote after a refused invalidate: %v", err)
 	}
-	if err := tbl.InvalidateRKey(pd, 0); !errors.Is(err, mr.ErrInvalidKey) {
+	if err := tbl.InvalidateRKey(pd, nil, 0); !errors.Is(err, mr.ErrInvalidKey) {
 		t.Fatalf("invalidate key 0: %v, want ErrInvalidKey", err)
 	}
 }
@@ -332,7 +332,7 @@ func TestConcurrentRegisterLookup(t *testing.T) {
 						t.Error(err)
 						return
 					}
-				} else if _, err := tbl.Remote(pd, stable.RKey(), stable.Addr()+uint64(i), 8, mr.RemoteRead); err != nil {
+				} else if _, err := tbl.Remote(pd, nil, stable.RKey(), stable.Addr()+uint64(i), 8, mr.RemoteRead); err != nil {
 					t.Error(err)
 					return
 				}
@@ -350,13 +350,13 @@ func TestLookupsAllocateNothing(t *testing.T) {
 	pd := tbl.AllocPD()
 	m, _ := pd.Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteWrite)
 	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := tbl.Remote(pd, m.RKey(), m.Addr()+64, 1024, mr.RemoteWrite); err != nil {
+		if _, err := tbl.Remote(pd, nil, m.RKey(), m.Addr()+64, 1024, mr.RemoteWrite); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tbl.Local(pd, m.LKey(), m.Addr(), 64, mr.LocalWrite); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tbl.Remote(pd, m.RKey()+1, m.Addr(), 1, mr.RemoteWrite); err == nil && m.RKey()+1 != m.LKey() {
+		if _, err := tbl.Remote(pd, nil, m.RKey()+1, m.Addr(), 1, mr.RemoteWrite); err == nil && m.RKey()+1 != m.LKey() {
 			t.Fatal("wrong key accepted")
 		}
 	})
@@ -369,7 +369,7 @@ func TestAccessString(t *testing.T) {
 	for a, want := range map[mr.Access]string{
 		0:                                   "0",
 		mr.LocalWrite | mr.RemoteRead:       "LOCAL_WRITE|REMOTE_READ",
-		mr.RemoteAtomic | 1<<5:              "REMOTE_ATOMIC|0x20",
+		mr.RemoteAtomic | 1<<6:              "REMOTE_ATOMIC|0x40",
 		mr.LocalWrite | mr.RemoteInvalidate: "LOCAL_WRITE|REMOTE_INVALIDATE",
 	} {
 		if got := a.String(); got != want {
@@ -387,7 +387,7 @@ func BenchmarkRemoteLookup(b *testing.B) {
 	m, _ := pd.Register(make([]byte, 1<<16), mr.LocalWrite|mr.RemoteWrite)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tbl.Remote(pd, m.RKey(), m.Addr()+4096, 4096, mr.RemoteWrite); err != nil {
+		if _, err := tbl.Remote(pd, nil, m.RKey(), m.Addr()+4096, 4096, mr.RemoteWrite); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -450,33 +450,33 @@ func TestCacheFollowsTable(t *testing.T) {
 	}
 	var rc, lc mr.Cache
 	for range 2 { // a fill, then a hit
-		if b, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1004, 6, mr.RemoteWrite); err != nil || string(b) != "region" {
+		if b, err := tbl.RemoteCached(&rc, pd, nil, old.RKey(), 0x1004, 6, mr.RemoteWrite); err != nil || string(b) != "region" {
 			t.Fatalf("RemoteCached = %q, %v", b, err)
 		}
-		if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1004, 7, mr.RemoteWrite); !errors.Is(err, mr.ErrOutOfBounds) {
+		if _, err := tbl.RemoteCached(&rc, pd, nil, old.RKey(), 0x1004, 7, mr.RemoteWrite); !errors.Is(err, mr.ErrOutOfBounds) {
 			t.Fatalf("RemoteCached past the end: %v", err)
 		}
-		if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1000, 8, mr.RemoteAtomic); !errors.Is(err, mr.ErrAccess) {
+		if _, err := tbl.RemoteCached(&rc, pd, nil, old.RKey(), 0x1000, 8, mr.RemoteAtomic); !errors.Is(err, mr.ErrAccess) {
 			t.Fatalf("RemoteCached without the right: %v", err)
 		}
-		if _, err := tbl.RemoteCached(&rc, tbl.AllocPD(), old.RKey(), 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrPDMismatch) {
+		if _, err := tbl.RemoteCached(&rc, tbl.AllocPD(), nil, old.RKey(), 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrPDMismatch) {
 			t.Fatalf("RemoteCached from another pd: %v", err)
 		}
 		if b, err := tbl.LocalCached(&lc, pd, old.LKey(), 0x1000, 3, mr.LocalWrite); err != nil || string(b) != "old" {
 			t.Fatalf("LocalCached = %q, %v", b, err)
 		}
 	}
-	if _, err := tbl.RemoteCached(&rc, pd, old.RKey()^1, 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+	if _, err := tbl.RemoteCached(&rc, pd, nil, old.RKey()^1, 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
 		t.Fatalf("RemoteCached, other key: %v", err)
 	}
-	if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1000, 1, mr.RemoteWrite); err != nil {
+	if _, err := tbl.RemoteCached(&rc, pd, nil, old.RKey(), 0x1000, 1, mr.RemoteWrite); err != nil {
 		t.Fatalf("RemoteCached back to the key: %v", err)
 	}
 
-	if err := tbl.InvalidateRKey(pd, old.RKey()); err != nil {
+	if err := tbl.InvalidateRKey(pd, nil, old.RKey()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tbl.RemoteCached(&rc, pd, old.RKey(), 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+	if _, err := tbl.RemoteCached(&rc, pd, nil, old.RKey(), 0x1000, 1, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
 		t.Fatalf("RemoteCached after InvalidateRKey: %v", err)
 	}
 	if _, err := tbl.LocalCached(&lc, pd, old.LKey(), 0x1000, 1, mr.LocalWrite); err != nil {
@@ -516,12 +516,12 @@ func TestCacheConcurrentDeregister(t *testing.T) {
 	for {
 		select {
 		case <-gone:
-			if _, err := tbl.RemoteCached(&c, pd, m.RKey(), m.Addr(), 8, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
+			if _, err := tbl.RemoteCached(&c, pd, nil, m.RKey(), m.Addr(), 8, mr.RemoteWrite); !errors.Is(err, mr.ErrInvalidKey) {
 				t.Fatalf("RemoteCached after Deregister returned: %v", err)
 			}
 			return
 		default:
-			tbl.RemoteCached(&c, pd, m.RKey(), m.Addr(), 8, mr.RemoteWrite)
+			tbl.RemoteCached(&c, pd, nil, m.RKey(), m.Addr(), 8, mr.RemoteWrite)
 		}
 	}
 }
@@ -532,7 +532,7 @@ func TestCachedLookupsAllocateNothing(t *testing.T) {
 	m, _ := pd.Register(make([]byte, 4096), mr.LocalWrite|mr.RemoteWrite)
 	var rc, lc mr.Cache
 	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := tbl.RemoteCached(&rc, pd, m.RKey(), m.Addr()+64, 1024, mr.RemoteWrite); err != nil {
+		if _, err := tbl.RemoteCached(&rc, pd, nil, m.RKey(), m.Addr()+64, 1024, mr.RemoteWrite); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tbl.LocalCached(&lc, pd, m.LKey(), m.Addr(), 64, mr.LocalWrite); err != nil {
@@ -554,7 +554,7 @@ func BenchmarkRemoteLookupCached(b *testing.B) {
 	var c mr.Cache
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tbl.RemoteCached(&c, pd, m.RKey(), m.Addr()+4096, 4096, mr.RemoteWrite); err != nil {
+		if _, err := tbl.RemoteCached(&c, pd, nil, m.RKey(), m.Addr()+4096, 4096, mr.RemoteWrite); err != nil {
 			b.Fatal(err)
 		}
 	}

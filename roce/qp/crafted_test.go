@@ -203,7 +203,7 @@ func TestCraftedSendWithInvalidate(t *testing.T) {
 			t.Fatalf("state %v, want ERR", v.e.q.State())
 		}
 		if key != 0 {
-			if _, err := v.e.tbl.Remote(v.e.pd, key, v.rw.Addr(), 8, mr.RemoteWrite); err != nil {
+			if _, err := v.e.tbl.Remote(v.e.pd, nil, key, v.rw.Addr(), 8, mr.RemoteWrite); err != nil {
 				t.Fatalf("the region's rkey after a refused invalidate: %v", err)
 			}
 		}
@@ -237,7 +237,7 @@ func TestCraftedSendWithInvalidate(t *testing.T) {
 		other, err := v.e.tbl.AllocPD().Register(make([]byte, 64), mr.LocalWrite|mr.RemoteWrite|mr.RemoteInvalidate)
 		must(t, err)
 		refused(t, v, 0, inv(v, wire.RCSendOnlyInv, 0x100, 8, other.RKey()))
-		if _, err := v.e.tbl.Remote(other.PD(), other.RKey(), other.Addr(), 8, mr.RemoteWrite); err != nil {
+		if _, err := v.e.tbl.Remote(other.PD(), nil, other.RKey(), other.Addr(), 8, mr.RemoteWrite); err != nil {
 			t.Fatalf("the other PD's rkey: %v", err)
 		}
 	})
@@ -250,7 +250,7 @@ func TestCraftedSendWithInvalidate(t *testing.T) {
 		if n, _ := v.e.cq.Poll(wcs); n != 1 || wcs[0].Status != WCSuccess || !wcs[0].WithInv || wcs[0].ImmData != fr.RKey() {
 			t.Fatalf("receive WCs %+v", wcs[:n])
 		}
-		if _, err := v.e.tbl.Remote(v.e.pd, fr.RKey(), fr.Addr(), 8, mr.RemoteWrite); err == nil {
+		if _, err := v.e.tbl.Remote(v.e.pd, nil, fr.RKey(), fr.Addr(), 8, mr.RemoteWrite); err == nil {
 			t.Fatal("rkey still valid after SEND with Invalidate")
 		}
 		// A WRITE with the invalidated key is a remote access error.

@@ -48,9 +48,11 @@
 // keeps the last max_dest_rd_atomic READ/atomic requests for replay; a new
 // one that finds the oldest's response not yet sent comes from a requester
 // beyond max_dest_rd_atomic and is NAKed as an invalid request (QP to
-// Error). A SEND with Invalidate may withdraw only the rkey of a region
-// registered with mr.RemoteInvalidate; any other fails the receive WQE with
-// IBV_WC_REM_INV_REQ_ERR and the QP, as in rxe.
+// Error). A SEND with Invalidate may withdraw only the rkey of a type 2B
+// memory window bound to this queue pair or of a region registered with
+// mr.RemoteInvalidate; any other fails the receive WQE with
+// IBV_WC_REM_INV_REQ_ERR and the QP, as in rxe. Window binds and local
+// invalidations are local work requests (mw.go).
 // Two additions keep lossy paths usable without changing the wire: the send
 // window starts at 128 PSNs and doubles per round trip, halves on loss (not
 // below the path's estimated bandwidth-delay product, 12 to 32 PSNs) and

@@ -88,7 +88,7 @@ func (q *QP) DefineGroupContext(x wire.Ctx, reg GroupRegion) error {
 		return errors.New("qp: define group context: no group address")
 	}
 	reg.Group = reg.Group.Unmap()
-	if _, err := q.tbl.Remote(q.pd, reg.RKey, reg.Addr, reg.Len, mr.RemoteWrite); err != nil {
+	if _, err := q.tbl.Remote(q.pd, q, reg.RKey, reg.Addr, reg.Len, mr.RemoteWrite); err != nil {
 		return fmt.Errorf("qp: define group context %v: region: %w", x, err)
 	}
 	q.mu.Lock()
@@ -166,12 +166,12 @@ func (q *QP) oooDest(g *groupCtx, p *wire.Packet) ([]byte, error) {
 		return nil, mr.ErrAccess
 	}
 	if g == nil {
-		return q.tbl.RemoteCached(&q.rkeyCache, q.pd, p.RETH.RKey, p.RETH.VA, n, mr.RemoteWrite)
+		return q.tbl.RemoteCached(&q.rkeyCache, q.pd, q, p.RETH.RKey, p.RETH.VA, n, mr.RemoteWrite)
 	}
 	if va := p.RETH.VA; va > g.reg.Len || n > g.reg.Len-va {
 		return nil, mr.ErrAccess
 	}
-	return q.tbl.RemoteCached(&q.rkeyCache, q.pd, g.reg.RKey, g.reg.Addr+p.RETH.VA, n, mr.RemoteWrite)
+	return q.tbl.RemoteCached(&q.rkeyCache, q.pd, q, g.reg.RKey, g.reg.Addr+p.RETH.VA, n, mr.RemoteWrite)
 }
 
 // oooGroupAck takes a member's completion of a group operation (an

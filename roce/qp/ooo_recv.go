@@ -227,7 +227,7 @@ func (q *QP) oooServeRead(p *wire.Packet, peer wire.Ctx, k *sink, ctl *wire.XTP)
 		q.oooProtection(s, x.Ctx)
 		return
 	}
-	if _, err := q.tbl.Remote(q.pd, s.srcKey, s.srcVA, uint64(s.total), mr.RemoteRead); err != nil {
+	if _, err := q.tbl.Remote(q.pd, q, s.srcKey, s.srcVA, uint64(s.total), mr.RemoteRead); err != nil {
 		q.oooProtection(s, x.Ctx)
 		return
 	}

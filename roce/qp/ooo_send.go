@@ -168,7 +168,7 @@ func (q *QP) oooStart(w *sendWQE) WCStatus {
 	switch w.opcode {
 	case WROOORead, WROOOReadFromFIFO:
 		g := &w.sgl[0]
-		if _, err := q.tbl.Remote(q.pd, o.sinkRKey, g.Addr, uint64(g.Length), mr.RemoteWrite); err != nil {
+		if _, err := q.tbl.Remote(q.pd, q, o.sinkRKey, g.Addr, uint64(g.Length), mr.RemoteWrite); err != nil {
 			return WCLocProtErr
 		}
 		s.start(roleReadSink, o.tid, uint32(w.length), q.e.pmtu)
@@ -329,7 +329,7 @@ func (q *QP) oooEmitResponse(s *ctxState, from wire.Ctx, out Output) bool {
 	p.XRH = wire.XRH{Ctx: s.peer, TID: s.tid, Total: s.total, Initiator: from, Notify: s.notify,
 		Seg: wire.MTUFromBytes(int(s.seg)), Tag: s.tag}
 	hl := p.HeaderLen()
-	m, err := q.tbl.RemoteCached(&q.ooo.srcCache, q.pd, s.srcKey, s.srcVA+off, n, mr.RemoteRead)
+	m, err := q.tbl.RemoteCached(&q.ooo.srcCache, q.pd, q, s.srcKey, s.srcVA+off, n, mr.RemoteRead)
 	if err != nil || hl+int(n)+wire.ICRCLen > len(buf) {
 		s.busy = false
 		q.oooProtection(s, from)

@@ -97,7 +97,7 @@ func TestEveryOperationEveryMTU(t *testing.T) {
 						t.Fatalf("%s: data differs", name)
 					}
 					if spare != nil {
-						if _, err := p.b.tbl.Remote(p.b.pd, spare.RKey(), spare.Addr(), 1, mr.RemoteWrite); err == nil {
+						if _, err := p.b.tbl.Remote(p.b.pd, nil, spare.RKey(), spare.Addr(), 1, mr.RemoteWrite); err == nil {
 							t.Fatalf("%s: rkey still valid after SEND_WITH_INV", name)
 						}
 					}

@@ -487,6 +487,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 }
 
 func (q *QP) checkSend(wr *SendWR) error {
+	if wr.Opcode.isLocal() {
+		return q.checkLocalSend(wr) // mw.go
+	}
 	switch q.typ {
 	case UD:
 		if wr.Opcode != WRSend && wr.Opcode != WRSendImm {

@@ -147,6 +147,9 @@ func (q *QP) reqStartWQE() (reqState, WCStatus) {
 			return reqWait, 0
 		}
 	}
+	if w.opcode.isLocal() {
+		return q.reqLocal() // mw.go
+	}
 	switch {
 	case w.opcode.isReadOrAtomic():
 		if !q.checkSGL(w.sgl, mr.LocalWrite) {

@@ -423,14 +423,14 @@ func (q *QP) respCheckRKey(k *respPkt) respState {
 	switch k.info.Kind {
 	case wire.KindWrite:
 		if (k.info.Pos == wire.PosFirst || k.info.Pos == wire.PosOnly) && p.RETH.DMALen > 0 {
-			_, err = q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteWrite)
+			_, err = q.tbl.Remote(q.pd, q, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteWrite)
 		}
 	case wire.KindReadRequest:
 		if p.RETH.DMALen > 0 {
-			_, err = q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead)
+			_, err = q.tbl.Remote(q.pd, q, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead)
 		}
 	case wire.KindCompareSwap, wire.KindFetchAdd:
-		_, err = q.tbl.Remote(q.pd, p.Atomic.RKey, p.Atomic.VA, 8, mr.RemoteAtomic)
+		_, err = q.tbl.Remote(q.pd, q, p.Atomic.RKey, p.Atomic.VA, 8, mr.RemoteAtomic)
 	}
 	if err != nil {
 		return respErrAccess
@@ -457,10 +457,11 @@ func (q *QP) respExecute(k *respPkt) respState {
 			return respErrOp
 		}
 		r.recvOff += uint64(len(p.Payload))
-		if k.info.Headers&wire.HasIETH != 0 && q.tbl.InvalidateRKey(q.pd, p.IETH) != nil {
-			// Unknown key, another PD's, or a region not registered with
+		if k.info.Headers&wire.HasIETH != 0 && q.tbl.InvalidateRKey(q.pd, q, p.IETH) != nil {
+			// Unknown key, another PD's, a region not registered with
 			// mr.RemoteInvalidate (rxe_invalidate_mr refuses all but
-			// fast-registration regions).
+			// fast-registration regions), a type 1 window, or a type 2B
+			// window not bound to this queue pair.
 			return respErrInvalidate
 		}
 		r.epsn = wire.PSNAdd(r.epsn, 1)
@@ -482,7 +483,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 			r.wVA, r.wRKey, r.wLen, r.wOff = p.RETH.VA, p.RETH.RKey, uint64(p.RETH.DMALen), 0
 		}
 		if n := uint64(len(p.Payload)); n > 0 {
-			b, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, r.wRKey, r.wVA+r.wOff, n, mr.RemoteWrite)
+			b, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, q, r.wRKey, r.wVA+r.wOff, n, mr.RemoteWrite)
 			if err != nil {
 				return respErrAccess // deregistered since the first packet
 			}
@@ -511,7 +512,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 		r.epsn = wire.PSNAdd(r.epsn, n)
 		r.ack.want = false // the responses acknowledge what came before
 	case wire.KindCompareSwap, wire.KindFetchAdd:
-		b, err := q.tbl.Remote(q.pd, p.Atomic.RKey, p.Atomic.VA, 8, mr.RemoteAtomic)
+		b, err := q.tbl.Remote(q.pd, q, p.Atomic.RKey, p.Atomic.VA, 8, mr.RemoteAtomic)
 		if err != nil {
 			return respErrAccess
 		}

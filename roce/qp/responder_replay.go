@@ -108,7 +108,7 @@ func (q *QP) respDuplicate(k *respPkt) (respState, respAction) {
 				return respDrop, respActNone // asks for more than the original
 			}
 			if p.RETH.DMALen > 0 {
-				if _, err := q.tbl.Remote(q.pd, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead); err != nil {
+				if _, err := q.tbl.Remote(q.pd, q, p.RETH.RKey, p.RETH.VA, uint64(p.RETH.DMALen), mr.RemoteRead); err != nil {
 					return respDrop, respActNone
 				}
 			}

@@ -134,7 +134,7 @@ func (q *QP) sendReadResponse(out Output, x *resource) (ok, fail bool) {
 	p.AETH = wire.AETH{Syndrome: wire.ACKSyndrome(wire.UnlimitedCredits), MSN: x.msn}
 	hl := p.HeaderLen()
 	if n > 0 {
-		m, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, x.rkey, x.va+x.txOff, n, mr.RemoteRead)
+		m, err := q.tbl.RemoteCached(&q.rkeyCache, q.pd, q, x.rkey, x.va+x.txOff, n, mr.RemoteRead)
 		if err != nil || hl+int(n)+7 > len(buf) {
 			// Deregistered while being read: remote access error (class C).
 			q.stats.inc(CtrErrNAKsSent)

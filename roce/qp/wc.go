@@ -68,12 +68,14 @@ const (
 	// Half-RDMA / half-FIFO: receive WQEs consumed by OOO packets.
 	WCOOOFIFO        // receive CQ: one packet of an OOO_FIFO_SEND placed in a receive WQE (Offset: its place in the operation)
 	WCOOOReadRequest // receive CQ: a peer's WROOOReadFromFIFO on context Ctx asks for ByteLen bytes: answer with WROOOReadReply
+	WCLocalInv       // send CQ: a WRLocalInv
+	WCBindMW         // send CQ: a WRBindMW or a QP.BindMW
 )
 
 var wcOpcodeNames = [...]string{"WCOpcode(0)", "IBV_WC_SEND", "IBV_WC_RDMA_WRITE", "IBV_WC_RDMA_READ",
 	"IBV_WC_COMP_SWAP", "IBV_WC_FETCH_ADD", "IBV_WC_RECV", "IBV_WC_RECV_RDMA_WITH_IMM",
 	"XDP_WC_OOO_WRITE", "XDP_WC_OOO_READ", "XDP_WC_OOO_DELIVERED", "XDP_WC_OOO_TARGET",
-	"XDP_WC_OOO_FIFO", "XDP_WC_OOO_READ_REQUEST"}
+	"XDP_WC_OOO_FIFO", "XDP_WC_OOO_READ_REQUEST", "IBV_WC_LOCAL_INV", "IBV_WC_BIND_MW"}
 
 func (o WCOpcode) String() string { return enumName(wcOpcodeNames[:], int(o), "WCOpcode") }
 

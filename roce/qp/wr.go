@@ -31,12 +31,17 @@ const (
 	WROOOReadToFIFO   // half send read: RemoteAddr/RKey, OpTotal bytes, into this side's receive queue in Ctx
 	WROOOReadFromFIFO // half receive read: the peer's user answers (WROOOReadReply) into SGL[0] (SinkRKey) in Ctx
 	WROOOReadReply    // the answer to a peer's WROOOReadFromFIFO: SGL (any pieces) on Ctx, TID of the request
+	// Local operations (RC, UC; mw.go): executed in send-queue order, no
+	// packet.
+	WRLocalInv // invalidate InvRKey: a type 2B window's (or a RemoteInvalidate region's)
+	WRBindMW   // bind the type 2B window Bind.MW to this queue pair
 )
 
 var wrOpcodeNames = [...]string{"WROpcode(0)", "IBV_WR_RDMA_WRITE", "IBV_WR_RDMA_WRITE_WITH_IMM",
 	"IBV_WR_SEND", "IBV_WR_SEND_WITH_IMM", "IBV_WR_RDMA_READ", "IBV_WR_ATOMIC_CMP_AND_SWP",
 	"IBV_WR_ATOMIC_FETCH_AND_ADD", "IBV_WR_SEND_WITH_INV", "XDP_WR_OOO_WRITE", "XDP_WR_OOO_READ", "XDP_WR_OOO_3P_READ",
-	"XDP_WR_OOO_FIFO_SEND", "XDP_WR_OOO_READ_TO_FIFO", "XDP_WR_OOO_READ_FROM_FIFO", "XDP_WR_OOO_READ_REPLY"}
+	"XDP_WR_OOO_FIFO_SEND", "XDP_WR_OOO_READ_TO_FIFO", "XDP_WR_OOO_READ_FROM_FIFO", "XDP_WR_OOO_READ_REPLY",
+	"IBV_WR_LOCAL_INV", "IBV_WR_BIND_MW"}
 
 func (o WROpcode) String() string { return enumName(wrOpcodeNames[:], int(o), "WROpcode") }
 
@@ -55,6 +60,10 @@ func (o WROpcode) wcOpcode() WCOpcode {
 		return WCOOOWrite
 	case WROOORead, WROOO3PRead, WROOOReadToFIFO, WROOOReadFromFIFO:
 		return WCOOORead
+	case WRLocalInv:
+		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCSend
 }
@@ -90,7 +99,8 @@ type SendWR struct {
 	RKey       uint32 // RDMA and atomic: the peer's rkey
 	CompareAdd uint64 // atomic: the compare value (WRAtomicCmpSwp) or the addend (WRAtomicFetchAdd)
 	Swap       uint64 // WRAtomicCmpSwp: the value written when the compare matches
-	InvRKey    uint32 // WRSendInv: the peer's rkey to invalidate
+	InvRKey    uint32 // WRSendInv: the peer's rkey to invalidate; WRLocalInv: this side's
+	Bind       BindWR // WRBindMW: the window, its new rkey and what it is bound to
 
 	AH         *AddressVector // UD: where to send
 	RemoteQPN  uint32         // UD: destination QPN
