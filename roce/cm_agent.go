@@ -20,7 +20,10 @@ import (
 // every MAD in one goroutine, decodes it with cm/rdmacm and hands it to the
 // connection it belongs to; its sends are UD SENDs of 256 bytes to the
 // peer's QP1 with AckReq set (roce/qp does that for QPN 1), as rxe's QP1
-// sends them.
+// sends them. On a client of the xdproce daemon every client has a QP1:
+// the daemon steers each MAD to the client it is for, by the service IDs
+// ListenCM registered with it and by communication IDs, which come from the
+// range the daemon gave this client (internal/daemon/cm_linux.go).
 type cmAgent struct {
 	d     *Device
 	pd    *PD
@@ -34,6 +37,7 @@ type cmAgent struct {
 	sendMu sync.Mutex
 	sendAt int // next send slot
 
+	listenMu  sync.Mutex // serializes ListenCM and CMListener.Close (they ask the daemon in between)
 	mu        sync.Mutex
 	listeners map[uint16]*CMListener
 	conns     map[uint32]*cmConn   // by local communication ID
@@ -233,12 +237,22 @@ func (a *cmAgent) lookup(mad []byte) *cmConn {
 func (a *cmAgent) register(c *cmConn) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	c.localID = a.newCommID()
+	a.conns[c.localID] = c
+}
+
+// newCommID returns an unused random local communication ID: any but 0, or
+// on a client of the xdproce daemon one of the range the daemon steers to
+// it (Options.commIDs). a.mu is held.
+func (a *cmAgent) newCommID() uint32 {
+	lo, hi := a.d.opts.commIDs[0], a.d.opts.commIDs[1]
 	for {
 		id := randUint32()
+		if hi != 0 {
+			id = lo + id%(hi-lo+1)
+		}
 		if id != 0 && a.conns[id] == nil {
-			c.localID = id
-			a.conns[id] = c
-			return
+			return id
 		}
 	}
 }

@@ -27,19 +27,38 @@ const cmBacklog = 32
 // ListenCM listens for RDMA CM requests to port: REQs with service ID
 // 0x0000000001060000 | port. REQs for a port nobody listens on are answered
 // with REJ invalid service ID.
+// On a device attached to the xdproce daemon, the daemon must give the
+// service ID to this device (another of its clients may hold it).
 func (d *Device) ListenCM(port uint16, o *CMOptions) (*CMListener, error) {
 	a, err := d.cm()
 	if err != nil {
 		return nil, fmt.Errorf("roce: cm listen: %w", err)
 	}
 	l := &CMListener{a: a, port: port, opt: o.norm(), reqs: make(chan *CMRequest, cmBacklog), done: make(chan struct{})}
+	a.listenMu.Lock()
+	defer a.listenMu.Unlock()
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.listeners[port] != nil {
+	inUse := a.listeners[port] != nil
+	a.mu.Unlock()
+	if inUse {
 		return nil, fmt.Errorf("roce: cm listen: port %d is in use", port)
 	}
+	if d.cmReg != nil {
+		if err := d.cmReg.listenService(rdmacm.ServiceID(rdmacm.PSTCP, port)); err != nil {
+			return nil, fmt.Errorf("roce: cm listen: port %d: %w", port, err)
+		}
+	}
+	a.mu.Lock()
 	a.listeners[port] = l
+	a.mu.Unlock()
 	return l, nil
+}
+
+// cmRegistrar is told the service IDs a device listens on: the xdproce
+// daemon, which steers their REQs to the device (roce/daemon_linux.go).
+type cmRegistrar interface {
+	listenService(id uint64) error
+	unlistenService(id uint64) error
 }
 
 // Port returns the rdma_cm port listened on.
@@ -48,14 +67,23 @@ func (l *CMListener) Port() uint16 { return l.port }
 // Close stops listening; requests not yet accepted are rejected (consumer
 // defined).
 func (l *CMListener) Close() error {
+	l.a.listenMu.Lock()
 	l.a.mu.Lock()
-	if l.a.listeners[l.port] == l {
+	mine := l.a.listeners[l.port] == l
+	if mine {
 		delete(l.a.listeners, l.port)
 	}
 	l.a.mu.Unlock()
+	var err error
+	if r := l.a.d.cmReg; mine && r != nil {
+		if err = r.unlistenService(rdmacm.ServiceID(rdmacm.PSTCP, l.port)); err != nil {
+			err = fmt.Errorf("roce: cm listener close: port %d: %w", l.port, err)
+		}
+	}
+	l.a.listenMu.Unlock()
 	select {
 	case <-l.done:
-		return nil
+		return err
 	default:
 		close(l.done)
 	}
@@ -64,7 +92,7 @@ func (l *CMListener) Close() error {
 		case r := <-l.reqs:
 			_ = r.Reject(nil)
 		default:
-			return nil
+			return err
 		}
 	}
 }
@@ -142,13 +170,7 @@ func (a *cmAgent) inputREQ(src netip.Addr, h rdmacm.Header, m *rdmacm.REQ) {
 		reject(rdmacm.RejNoResources)
 		return
 	}
-	for {
-		id := randUint32()
-		if id != 0 && a.conns[id] == nil {
-			c.localID = id
-			break
-		}
-	}
+	c.localID = a.newCommID()
 	a.conns[c.localID] = c
 	a.byRemote[cmRemote{src, m.LocalCommID}] = c
 	l.reqs <- r // only this goroutine sends, under a.mu: there is room

@@ -7,6 +7,7 @@ package roce
 // port, with QPNs from the range the daemon gave it.
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -69,10 +70,59 @@ func daemonSocket(o *Options, info *ifaceInfo) (path, why string) {
 // the connection to the daemon with the port.
 type daemonLink struct {
 	*shm.Link
-	props link.Props
-	conn  *net.UnixConn
-	once  sync.Once
+	props  link.Props
+	conn   *net.UnixConn
+	once   sync.Once
+	callMu sync.Mutex // one request to the daemon at a time
 }
+
+// call asks the daemon for r (proto.Call).
+func (l *daemonLink) call(r *proto.Request) error {
+	l.callMu.Lock()
+	defer l.callMu.Unlock()
+	if err := proto.Call(l.conn, r, daemonDialTimeout); err != nil {
+		return fmt.Errorf("xdproce daemon: %w", err)
+	}
+	return nil
+}
+
+// listenService and unlistenService make the daemon steer the REQs of an
+// RDMA CM service ID to this client (cmRegistrar).
+func (l *daemonLink) listenService(id uint64) error {
+	return l.call(&proto.Request{Op: proto.OpListen, ServiceID: id})
+}
+
+func (l *daemonLink) unlistenService(id uint64) error {
+	return l.release(&proto.Request{Op: proto.OpUnlisten, ServiceID: id})
+}
+
+// release asks the daemon to undo something; with the connection closed
+// there is nothing to undo: the daemon forgot the client's services and
+// groups when it went.
+func (l *daemonLink) release(r *proto.Request) error {
+	if err := l.call(r); err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// join asks the daemon to join group on its interface for this client
+// (groupJoiner); the group's frames then come through the port.
+func (l *daemonLink) join(group netip.Addr) (func() error, error) {
+	if err := l.call(&proto.Request{Op: proto.OpJoin, Group: group.String()}); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() error {
+		var err error
+		once.Do(func() { err = l.release(&proto.Request{Op: proto.OpLeave, Group: group.String()}) })
+		return err
+	}, nil
+}
+
+// broadcast lets every IPv4 address through: the daemon, which knows its
+// interface's subnets, refuses one that is not a broadcast address.
+func (l *daemonLink) broadcast(a netip.Addr) bool { return a.Unmap().Is4() }
 
 func (l *daemonLink) Props() link.Props { return l.props }
 
@@ -123,6 +173,7 @@ func attachDaemon(path string, o *Options) (link.Link, *ifaceInfo, error) {
 	props.SrcPort = w.SrcPort
 	props.SyntheticHeaders = w.Synthetic
 	o.qpns = [2]uint32{w.QPNFirst, w.QPNLast}
+	o.commIDs = [2]uint32{w.CommFirst, w.CommLast}
 	if w.MaxMRs > 0 && (o.MaxMRs == 0 || o.MaxMRs > w.MaxMRs) {
 		o.MaxMRs = w.MaxMRs
 	}
@@ -161,6 +212,8 @@ func openDaemon(ifname, path, why string, local *ifaceInfo, h *netlink.Handle, o
 		}
 		return nil, err
 	}
+	dl := l.(*daemonLink)
+	d.cmReg, d.join = dl, dl
 	if h != nil {
 		d.cleanup = []func() error{func() error { h.Close(); return nil }}
 	}

@@ -80,6 +80,9 @@ type Options struct {
 	// MaxMRs limits the memory regions registered at once (default
 	// mr.DefaultMaxMRs); RegMR beyond it fails with ErrLimit.
 	MaxMRs int
+	// commIDs, when commIDs[1] is not 0, is the range of RDMA CM
+	// communication IDs the device's QP1 picks from (the daemon's clients).
+	commIDs [2]uint32
 	// qpns, when qpns[1] is not 0, is the range of QPNs the device hands
 	// out (first, last): the one an xdproce daemon gave this client.
 	qpns [2]uint32
@@ -183,6 +186,7 @@ type Device struct {
 	cmOnce sync.Once // creates cmAg, QP1, on first use (cm_agent.go)
 	cmAg   *cmAgent
 	cmErr  error
+	cmReg  cmRegistrar // who else must know the service IDs listened on (nil: nobody; the daemon's clients: the daemon)
 	pmtu   wire.MTU
 	opts   Options
 	tbl    *mr.Table
@@ -443,7 +447,7 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 		if n >= 0xFFFFFF {
 			return nil, fmt.Errorf("roce: create qp: QPN %#x is not a unicast 24-bit QPN", n)
 		}
-		if d.opts.qpns[1] != 0 && (n < d.qpnFirst || n > d.qpnLast) {
+		if d.opts.qpns[1] != 0 && n != 1 && (n < d.qpnFirst || n > d.qpnLast) {
 			return nil, fmt.Errorf("roce: create qp: QPN %#x is outside this device's range %#x..%#x", n, d.qpnFirst, d.qpnLast)
 		}
 		if d.qps[n] != nil {

@@ -239,6 +239,9 @@ type groupJoiner interface {
 // there is nothing to join, the steering program takes its RoCE frames.
 // Call leave to undo. Frames reaching the device go to the queue pairs that
 // defined group contexts for the address or attached to it (AttachMcast).
+// On a device attached to the xdproce daemon, the daemon joins the group on
+// its interface for the first of its clients and fans the group's frames
+// out to every client that joined.
 func (d *Device) JoinGroup(group netip.Addr) (leave func() error, err error) {
 	group = IPFromGID(group)
 	if d.join == nil {

@@ -6,7 +6,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vishvananda/netlink"
 
@@ -32,6 +35,8 @@ type Uplink struct {
 	Reason string
 
 	xdp     func() (Counters, error)
+	join    groupJoiner
+	netns   *os.File // the interface's network namespace (nil: unknown)
 	resolve func(netip.Addr) (net.HardwareAddr, error)
 	cleanup []func() error
 }
@@ -80,7 +85,44 @@ func OpenUplink(ifname, socket string, opts *Options) (*Uplink, error) {
 	if info.xdp != nil {
 		u.xdp = xdpCounters(info.xdp)
 	}
+	u.join = newGroupJoiner(info, l)
+	// Group memberships are sockets, made in the interface's namespace
+	// whatever thread asks later.
+	if f, err := os.Open("/proc/thread-self/ns/net"); err == nil {
+		u.netns = f
+		u.cleanup = append(u.cleanup, f.Close)
+	}
 	return u, nil
+}
+
+// JoinGroup joins the multicast group (or takes the IPv4 broadcast address:
+// the caller checks which it is) on the interface, as Device.JoinGroup
+// does, for the daemon's clients.
+func (u *Uplink) JoinGroup(group netip.Addr) (leave func() error, err error) {
+	if u.join == nil {
+		return nil, fmt.Errorf("the %s link cannot join groups", u.Link.Props().Name)
+	}
+	if u.netns == nil {
+		return u.join.join(group.Unmap())
+	}
+	type res struct {
+		leave func() error
+		err   error
+	}
+	done := make(chan res, 1)
+	go func() {
+		// The thread is never unlocked: it ends with this goroutine
+		// rather than run other code in the namespace it entered.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(u.netns.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- res{nil, os.NewSyscallError("setns", err)}
+			return
+		}
+		leave, err := u.join.join(group.Unmap())
+		done <- res{leave, err}
+	}()
+	r := <-done
+	return r.leave, r.err
 }
 
 // Resolve returns the MAC address frames to ip leave with: that of ip on

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -51,29 +52,12 @@ func TestPrivilegedRping(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 			defer cancel()
 			capPath := filepath.Join(t.TempDir(), "rping.pcapng")
-			srv := topo.A.NS.Command(ctx, binary, "rping", "--dev", topo.A.Name, "--link", "xsk", "-s", "-a", topo.A.IPv4.String(),
-				"-v", "-d", "-S", fmt.Sprint(size), "--capture", capPath)
-			var so, se syncBuffer
-			srv.Stdout, srv.Stderr = &so, &se
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- srv.Wait() }()
-			t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
-			for !strings.Contains(se.String(), "rping server listening") {
-				select {
-				case err := <-done:
-					t.Fatalf("server exited (%v): %s", err, se.String())
-				case <-ctx.Done():
-					t.Fatalf("server not listening: %s", se.String())
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			so, se, done := startRpingServer(t, ctx, topo.A.NS.Command(ctx, binary, "rping", "--dev", topo.A.Name, "--link", "xsk",
+				"-s", "-a", topo.A.IPv4.String(), "-v", "-d", "-S", fmt.Sprint(size), "--capture", capPath))
 			cli := topo.B.NS.Command(ctx, binary, "rping", "--dev", topo.B.Name, "--link", "xsk", "-c", "-a", topo.A.IPv4.String(),
 				"-C", "5", "-S", fmt.Sprint(size), "-v", "-V")
 			r := runCmd(t, cli)
-			awaitServer(t, ctx, done, r, &so, &se)
+			awaitServer(t, ctx, done, r, so, se)
 			buf := make([]byte, size)
 			var want, wantSrv strings.Builder
 			for i := range 5 {
@@ -108,6 +92,30 @@ func TestPrivilegedRping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startRpingServer starts an rping server and waits until it listens; its
+// stdout, stderr and the channel its exit comes on (awaitServer's).
+func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se *syncBuffer, done chan error) {
+	t.Helper()
+	so, se = new(syncBuffer), new(syncBuffer)
+	srv.Stdout, srv.Stderr = so, se
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
+	for !strings.Contains(se.String(), "rping server listening") {
+		select {
+		case err := <-done:
+			t.Fatalf("server exited (%v): %s", err, se.String())
+		case <-ctx.Done():
+			t.Fatalf("server not listening: %s", se.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return so, se, done
 }
 
 // rcSequence lists the RC packets other than ACKs of a dump as "server

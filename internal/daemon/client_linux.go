@@ -34,14 +34,19 @@ type client struct {
 	first, last   uint32
 	since         time.Time
 	endOnce       sync.Once
-	ending        atomic.Bool   // end was called: serve stops at its next batch
-	fromClient    atomic.Uint64 // frames read from the client
-	toClient      atomic.Uint64 // frames delivered to it
-	dropForeign   atomic.Uint64 // its UD frames naming a source QPN not its own
-	dropBadSource atomic.Uint64 // its frames from an address not the interface's
-	dropMalformed atomic.Uint64 // its frames that are not RoCEv2
-	overflow      atomic.Uint64 // frames for it dropped: its port was full
-	snap          [snapLen]byte // private copy of the header being steered (client goroutine)
+	ending        atomic.Bool       // end was called: serve stops at its next batch
+	fromClient    atomic.Uint64     // frames read from the client
+	toClient      atomic.Uint64     // frames delivered to it
+	dropForeign   atomic.Uint64     // its UD frames naming a source QPN not its own
+	dropBadSource atomic.Uint64     // its frames from an address not the interface's
+	dropMalformed atomic.Uint64     // its frames that are not RoCEv2
+	overflow      atomic.Uint64     // frames for it dropped: its port was full
+	snap          [snapLen]byte     // private copy of the header being steered (client goroutine)
+	whole         [qp1FrameMax]byte // private copy of a QP1 frame being steered (client goroutine)
+	commFirst     uint32            // its RDMA CM communication IDs (Daemon.commRange)
+	commLast      uint32
+	services      int // service IDs it holds (guarded by Daemon.svc.mu)
+	groups        int // groups it joined (guarded by Daemon.grp.mu)
 	rx            [rxBatch][]byte
 	hdr           header
 	txMu          sync.Mutex // serializes deliveries into the port (its sending side)
@@ -155,7 +160,7 @@ func (d *Daemon) welcome(c *client, fds *shm.PortFds) error {
 	props := d.up.Link.Props()
 	w := &proto.Welcome{Version: proto.Version, Client: c.id, Interface: d.up.Name, MTU: props.MTU,
 		Link: props.Name, SrcPort: props.SrcPort, Synthetic: props.SyntheticHeaders,
-		QPNFirst: c.first, QPNLast: c.last, MaxMRs: d.cfg.MaxMRs}
+		QPNFirst: c.first, QPNLast: c.last, MaxMRs: d.cfg.MaxMRs, CommFirst: c.commFirst, CommLast: c.commLast}
 	if len(d.up.HWAddr) == 6 {
 		w.HWAddr = d.up.HWAddr.String()
 	}
@@ -169,12 +174,17 @@ func (d *Daemon) welcome(c *client, fds *shm.PortFds) error {
 	return shm.SendPort(c.conn, fds)
 }
 
-// watch ends the client when its connection closes (the process exited
-// or gave up the device); nothing else is read from it yet.
+// watch serves the client's requests (control_linux.go) and ends the
+// client when its connection closes (the process exited or gave up the
+// device).
 func (c *client) watch() {
-	var b [64]byte
+	b := make([]byte, maxRequest)
 	for {
-		if _, err := c.conn.Read(b[:]); err != nil {
+		n, err := c.conn.Read(b)
+		if err == nil {
+			err = proto.Write(c.conn, c.d.control(c, b[:n]))
+		}
+		if err != nil {
 			c.end()
 			return
 		}
@@ -232,6 +242,8 @@ func (d *Daemon) release(c *client) {
 		d.owners[c.block].Store(nil)
 	}
 	d.mu.Unlock()
+	d.dropServices(c)
+	d.dropGroups(c)
 	// A steering goroutine that loaded c before the store may still call
 	// deliver: the port is closed by then and takes nothing.
 	if c.id != 0 {

@@ -17,9 +17,11 @@
 // client's, is dropped and counted. RC and UC packets carry no source QPN:
 // a client can address any QPN, as any host on the wire can.
 //
-// Not here yet (issue 17): QP1 and the RDMA CM (frames to QPN 1 are dropped
-// and counted), out-of-order contexts, multicast, direct placement into
-// daemon-shared memory regions.
+// QP1 is every client's: the daemon steers each RDMA CM MAD to the client
+// it is for (cm_linux.go). Multicast groups are joined on the interface for
+// the clients that ask, and group frames fan out to every member
+// (mcast_linux.go). Not here yet (issue 17): out-of-order contexts
+// device-wide, direct placement into daemon-shared memory regions.
 package daemon
 
 import (
@@ -74,7 +76,9 @@ type Stats struct {
 	WireRx, WireTx uint64
 	Switched       uint64
 	DropNoOwner    uint64
-	DropQP1        uint64
+	DropQP1        uint64 // QP1 frames no client takes and the daemon did not answer
+	CMAnswered     uint64 // CM MADs for no client that the daemon answered
+	GroupFrames    uint64 // multicast frames delivered to clients (one per client)
 	DropWireBad    uint64
 	EgressFull     uint64
 	WireErrors     uint64
@@ -96,4 +100,6 @@ type ClientStats struct {
 	DropBadSource uint64
 	DropMalformed uint64
 	Overflow      uint64
+	Services      int // RDMA CM service IDs it listens on
+	Groups        int // multicast groups it joined
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"net"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -40,6 +41,8 @@ type Daemon struct {
 
 	eg     egress
 	neigh  neighbours
+	svc    services // RDMA CM service IDs (cm_linux.go)
+	grp    groups   // multicast groups (mcast_linux.go)
 	st     counters
 	wg     sync.WaitGroup
 	upDone chan struct{}
@@ -82,6 +85,8 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	d.up = up
+	d.grp.join = up.JoinGroup
+	d.grp.isBC = func(a netip.Addr) bool { return roce.IsBroadcastOf(up.Index, a) }
 	if len(up.HWAddr) == 6 {
 		copy(d.hw[:], up.HWAddr)
 	}
@@ -205,6 +210,7 @@ func (d *Daemon) takeBlock(c *client) bool {
 		if d.owners[b].Load() == nil {
 			c.block = b
 			c.first, c.last = d.blockRange(b)
+			c.commFirst, c.commLast = d.commRange(b)
 			d.owners[b].Store(c)
 			d.nextBlock = (b + 1) % n
 			return true

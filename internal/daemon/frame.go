@@ -11,6 +11,7 @@ const (
 	dethLen     = 8
 	rocePort    = 4791
 	qp1         = 1
+	mcastQPN    = 0xFFFFFF
 	qpnMask     = 0xFFFFFF
 	opUDSend    = 0x64 // UD SEND only
 	opUDSendImm = 0x65 // UD SEND only with immediate
@@ -25,6 +26,7 @@ type header struct {
 	dqpn     uint32   // BTH destination QPN
 	ud       bool     // UD opcode: sqpn is DETH's source QPN
 	sqpn     uint32
+	bth      int // offset of the BTH
 }
 
 // parse reads a RoCEv2 frame's header from b, which the caller owns (a
@@ -65,6 +67,7 @@ func parse(b []byte, h *header) bool {
 		return false
 	}
 	bth := l4 + udpLen
+	h.bth = bth
 	op := b[bth]
 	h.dqpn = binary.BigEndian.Uint32(b[bth+4:bth+8]) & qpnMask
 	h.ud = op == opUDSend || op == opUDSendImm

@@ -104,6 +104,8 @@ func TestPrivilegedSocket(t *testing.T) {
 // garbage, a UD frame claiming another client's source QPN and a frame from
 // a foreign address into its port reaches nobody (each counted); its one
 // well-formed frame for the other client's QPN arrives there byte-exact.
+// On the connection, its garbage requests and its claim to the other's
+// service ID are refused, and both clients stay.
 func TestPrivilegedHostileClient(t *testing.T) {
 	netlab.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
@@ -170,5 +172,26 @@ func TestPrivilegedHostileClient(t *testing.T) {
 	}
 	if hostile.DropMalformed != 1 || hostile.DropForeign != 1 || hostile.DropBadSource != 1 || hostile.FromClient != 4 {
 		t.Errorf("hostile client's counters %+v", hostile)
+	}
+
+	if err := proto.Call(c2, &proto.Request{Op: proto.OpListen, ServiceID: 7}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*proto.Request{{Op: proto.OpListen, ServiceID: 7}, {Op: proto.OpUnlisten, ServiceID: 7}, {Op: "\x00"}} {
+		if err := proto.Call(c1, r, time.Second); err == nil {
+			t.Errorf("request %+v of the hostile client done", r)
+		}
+	}
+	c1.Write([]byte("\xff{not json"))
+	var rep proto.Reply
+	c1.SetDeadline(time.Now().Add(time.Second))
+	if err := proto.Read(c1, &rep); err != nil || !strings.Contains(rep.Error, "malformed request") {
+		t.Errorf("garbage request: %v, %+v", err, rep)
+	}
+	if err := proto.Call(c2, &proto.Request{Op: proto.OpUnlisten, ServiceID: 7}, time.Second); err != nil {
+		t.Errorf("the victim's service ID after the hostile requests: %v", err)
+	}
+	if n := len(d.Stats().Clients); n != 2 {
+		t.Errorf("%d clients after the hostile requests, want 2", n)
 	}
 }

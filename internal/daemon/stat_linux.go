@@ -26,6 +26,8 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		{Name: "switched_frames", Value: st.Switched},
 		{Name: "drop_no_owner", Value: st.DropNoOwner},
 		{Name: "drop_qp1", Value: st.DropQP1},
+		{Name: "cm_answered", Value: st.CMAnswered},
+		{Name: "group_frames", Value: st.GroupFrames},
 		{Name: "drop_wire_malformed", Value: st.DropWireBad},
 		{Name: "egress_full_waits", Value: st.EgressFull},
 		{Name: "wire_errors", Value: st.WireErrors},
@@ -52,6 +54,8 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 					{Name: "drop_bad_source", Value: c.DropBadSource},
 					{Name: "drop_malformed", Value: c.DropMalformed},
 					{Name: "drop_port_full", Value: c.Overflow},
+					{Name: "cm_services", Value: uint64(c.Services)},
+					{Name: "groups", Value: uint64(c.Groups)},
 				}})
 		}
 	}

@@ -14,7 +14,9 @@ type counters struct {
 	wireRx, wireTx atomic.Uint64 // frames received from and sent to the interface
 	switched       atomic.Uint64 // frames from one client delivered to another (or itself)
 	dropNoOwner    atomic.Uint64 // frames for a QPN no client owns
-	dropQP1        atomic.Uint64 // frames for QP1 (the CM is not served yet)
+	dropQP1        atomic.Uint64 // frames for QP1 no client takes and the daemon does not answer
+	cmAnswered     atomic.Uint64 // CM MADs for no client the daemon answered (REJ, DREP, SIDR_REP)
+	groupFrames    atomic.Uint64 // multicast frames delivered to clients (one per member)
 	dropWireBad    atomic.Uint64 // frames from the wire that are not RoCEv2
 	egressFull     atomic.Uint64 // times a client waited for room to the wire
 	wireErrors     atomic.Uint64 // uplink Receive or Send errors
@@ -28,15 +30,20 @@ type counters struct {
 // Stats returns the daemon's counters and its clients'.
 func (d *Daemon) Stats() Stats {
 	st := Stats{WireRx: d.st.wireRx.Load(), WireTx: d.st.wireTx.Load(), Switched: d.st.switched.Load(),
-		DropNoOwner: d.st.dropNoOwner.Load(), DropQP1: d.st.dropQP1.Load(), DropWireBad: d.st.dropWireBad.Load(),
+		DropNoOwner: d.st.dropNoOwner.Load(), DropQP1: d.st.dropQP1.Load(), CMAnswered: d.st.cmAnswered.Load(),
+		GroupFrames: d.st.groupFrames.Load(), DropWireBad: d.st.dropWireBad.Load(),
 		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load(), DropNoNeighbor: d.st.dropNoNeighbor.Load()}
 	d.mu.Lock()
+	d.svc.mu.Lock()
+	d.grp.mu.Lock()
 	for _, c := range d.clients {
 		st.Clients = append(st.Clients, ClientStats{ID: c.id, PID: c.pid, UID: c.uid, GID: c.gid, Command: c.cmd,
 			QPNFirst: c.first, QPNLast: c.last, Since: c.since, FromClient: c.fromClient.Load(),
 			ToClient: c.toClient.Load(), DropForeign: c.dropForeign.Load(), DropBadSource: c.dropBadSource.Load(),
-			DropMalformed: c.dropMalformed.Load(), Overflow: c.overflow.Load()})
+			DropMalformed: c.dropMalformed.Load(), Overflow: c.overflow.Load(), Services: c.services, Groups: c.groups})
 	}
+	d.grp.mu.Unlock()
+	d.svc.mu.Unlock()
 	d.mu.Unlock()
 	return st
 }
@@ -56,17 +63,31 @@ func (d *Daemon) fromClient(c *client, frame []byte) {
 		c.dropBadSource.Add(1)
 		return
 	}
+	if h.ud && h.sqpn == qp1 {
+		d.fromClientQP1(c, frame)
+		return
+	}
 	if h.ud && (h.sqpn < c.first || h.sqpn > c.last) {
 		c.dropForeign.Add(1)
 		return
 	}
 	if d.isLocal(&h.dst) {
-		if d.steer(h.dqpn, frame, snap) {
+		if d.steer(h, frame, snap) {
 			d.st.switched.Add(1)
 		}
 		return
 	}
-	copy(snap[6:12], d.hw[:]) // the interface's MAC as the source
+	if h.dqpn == mcastQPN && d.fanOut(h, frame, snap, c) {
+		d.st.switched.Add(1)
+	}
+	d.toWire(frame, snap, h)
+}
+
+// toWire queues a client's frame (its header replaced by snap, the private
+// copy h was read from) to the interface, with the interface's MAC as its
+// source.
+func (d *Daemon) toWire(frame, snap []byte, h *header) {
+	copy(snap[6:12], d.hw[:])
 	if snap[0]|snap[1]|snap[2]|snap[3]|snap[4]|snap[5] == 0 && d.up.HWAddr != nil && !d.neigh.lookup(&h.dst, snap[:6]) {
 		d.st.dropNoNeighbor.Add(1)
 		return
@@ -83,16 +104,26 @@ func (d *Daemon) fromWire(frame []byte) {
 		d.st.dropWireBad.Add(1)
 		return
 	}
-	d.steer(h.dqpn, frame, nil)
+	d.steer(h, frame, nil)
 }
 
-// steer delivers frame (its header replaced by hdr when not nil) to the
-// client owning QPN qpn; it reports whether there was one.
-func (d *Daemon) steer(qpn uint32, frame, hdr []byte) bool {
+// steer delivers frame (its header replaced by hdr when not nil), whose
+// header h says, to the client owning its destination QPN (QP1: the client
+// its MAD is for); it reports whether there was one.
+func (d *Daemon) steer(h *header, frame, hdr []byte) bool {
+	qpn := h.dqpn
+	switch qpn {
+	case qp1:
+		return d.steerQP1(frame, hdr, h)
+	case mcastQPN:
+		if d.fanOut(h, frame, hdr, nil) {
+			return true
+		}
+		d.st.dropNoOwner.Add(1)
+		return false
+	}
 	to := d.owner(qpn)
 	switch {
-	case qpn == qp1:
-		d.st.dropQP1.Add(1)
 	case to == nil:
 		d.st.dropNoOwner.Add(1)
 	default:
@@ -210,6 +241,23 @@ func (q *egress) drain(l link.Link, bufs [][]byte, st *counters) bool {
 		q.room.Broadcast()
 	}
 	return false
+}
+
+// tryPush queues frame unless the queue is full (the uplink goroutine's
+// own frames: it cannot wait for itself to drain); it reports whether it
+// did.
+func (q *egress) tryPush(frame []byte, l link.Link) bool {
+	q.mu.Lock()
+	if q.closed || q.count == len(q.slots) || len(frame) > len(q.slots[0]) {
+		q.mu.Unlock()
+		return false
+	}
+	i := (q.head + q.count) % len(q.slots)
+	q.lens[i] = copy(q.slots[i], frame)
+	q.count++
+	q.mu.Unlock()
+	l.Wake()
+	return true
 }
 
 func (q *egress) close() {

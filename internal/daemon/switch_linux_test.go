@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"bytes"
+	"log/slog"
 	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/xdproce/xdproce/cm/rdmacm"
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/link/shm"
 	"github.com/xdproce/xdproce/roce"
@@ -31,7 +33,8 @@ func newTestSwitch(t testing.TB) *testSwitch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{clients: map[int]*client{}, nextID: 1, upDone: make(chan struct{}), hw: localMAC, shift: 12}
+	d := &Daemon{clients: map[int]*client{}, nextID: 1, upDone: make(chan struct{}), hw: localMAC, shift: 12,
+		log: slog.New(slog.DiscardHandler)}
 	d.up = &roce.Uplink{Link: up, Name: "test0", Addrs: []netip.Addr{localIP}}
 	d.owners = make([]atomic.Pointer[client], 1<<12)
 	d.local = [][16]byte{localIP.As16()}
@@ -156,7 +159,7 @@ func TestSteering(t *testing.T) {
 		ctr  func() uint64
 	}{
 		{"UD from b's QPN", frame(t, localIP, localIP, 0x2001, true, 0x2002), a.dropForeign.Load},
-		{"UD from QP1", frame(t, localIP, remoteIP, 0x2001, true, 1), a.dropForeign.Load},
+		{"UD from QP1 without a MAD", frame(t, localIP, remoteIP, 1, true, 1), a.dropMalformed.Load},
 		{"foreign source address", frame(t, remoteIP, localIP, 0x2001, false, 0), a.dropBadSource.Load},
 		{"garbage", []byte("\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x08\x00garbage"), a.dropMalformed.Load},
 		{"QP1", frame(t, localIP, localIP, 1, false, 0), d.st.dropQP1.Load},
@@ -174,36 +177,66 @@ func TestSteering(t *testing.T) {
 }
 
 // FuzzClientFrame feeds arbitrary frames from client a into the switch
-// (including ones built to look like RoCEv2): nothing panics, and whatever
-// reaches client b or the wire parses as RoCEv2 from one of the
-// interface's addresses, b's only frames addressed to b's QPNs (UD ones
-// from a's QPNs), delivered byte-exact.
+// (including ones built to look like RoCEv2 and CM MADs): nothing panics,
+// and whatever reaches client b or the wire parses as RoCEv2 from one of
+// the interface's addresses, delivered byte-exact: b's only frames
+// addressed to b's QPNs (UD ones from a's QPNs), or from a's QP1 a CM MAD
+// carrying a's communication ID for b's service ID or b's communication ID
+// (b listens on one service ID; b joined no group).
 func FuzzClientFrame(f *testing.F) {
 	f.Add(frame(f, localIP, localIP, 0x2001, false, 0))
 	f.Add(frame(f, localIP, localIP, 0x2001, true, 0x1001))
 	f.Add(frame(f, localIP, localIP, 0x2001, true, 0x2001))
 	f.Add(frame(f, localIP, remoteIP, 0x2001, false, 0))
 	f.Add(frame(f, remoteIP, localIP, 0x2001, false, 0))
+	f.Add(frame(f, localIP, netip.MustParseAddr("239.1.2.3"), mcastQPN, true, 0x1001))
+	sid := rdmacm.ServiceID(rdmacm.PSTCP, 7471)
+	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REQ{LocalCommID: 0x100001, ServiceID: sid}))
+	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REQ{LocalCommID: 0x200001, ServiceID: sid}))
+	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REP{LocalCommID: 0x100001, RemoteCommID: 0x200001}))
+	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REJ{RemoteCommID: 0x200001}))
+	f.Add(madFrame(f, localIP, remoteIP, 1, &rdmacm.DREQ{LocalCommID: 0x100001, RemoteCommID: 0x200001}))
 	f.Add([]byte{})
 	s := newTestSwitch(f)
 	a, _ := s.addClient(f, 1)
 	b, bEnd := s.addClient(f, 2)
+	if err := s.d.listen(b, sid); err != nil {
+		f.Fatal(err)
+	}
 	var h header
+	// fromA: a CM MAD a's QP1 may send.
+	fromA := func(got []byte, h *header) bool {
+		mad := madOf(got, h)
+		if mad == nil || h.sqpn != 1 || h.dqpn != 1 {
+			return false
+		}
+		if _, err := rdmacm.ParseHeader(mad); err != nil {
+			return false
+		}
+		return s.d.mayCMSend(a, mad)
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 4218 {
 			in = in[:4218]
 		}
 		s.d.fromClient(a, in)
 		for _, got := range recv(bEnd) {
-			if !bytes.Equal(got, in) || !parse(got, &h) || !s.d.isLocal(&h.src) || !s.d.isLocal(&h.dst) ||
-				h.dqpn < b.first || h.dqpn > b.last || h.ud && (h.sqpn < a.first || h.sqpn > a.last) {
+			ok := bytes.Equal(got, in) && parse(got, &h) && s.d.isLocal(&h.src) && s.d.isLocal(&h.dst)
+			if ok && h.dqpn == 1 {
+				to, _ := s.d.madRoute(madOf(got, &h))
+				ok = fromA(got, &h) && to == b
+			} else {
+				ok = ok && h.dqpn >= b.first && h.dqpn <= b.last && !(h.ud && (h.sqpn < a.first || h.sqpn > a.last))
+			}
+			if !ok {
 				t.Fatalf("b got % x from % x", got, in)
 			}
 		}
 		q := &s.d.eg
 		for q.count > 0 {
 			got := q.slots[q.head][:q.lens[q.head]]
-			if !parse(got, &h) || !s.d.isLocal(&h.src) || s.d.isLocal(&h.dst) || h.ud && (h.sqpn < a.first || h.sqpn > a.last) ||
+			if !parse(got, &h) || !s.d.isLocal(&h.src) || s.d.isLocal(&h.dst) ||
+				h.ud && (h.sqpn < a.first || h.sqpn > a.last) && !(h.sqpn == 1 && fromA(got, &h)) ||
 				!bytes.Equal(got[12:], in[12:]) || !bytes.Equal(got[6:12], localMAC[:]) {
 				t.Fatalf("queued to the wire % x from % x", got, in)
 			}

@@ -3,7 +3,9 @@
 // packet): the client sends a Hello (JSON), the daemon answers a Welcome
 // (JSON) and, when it accepted the client, a second message carrying the
 // client's link/shm port (shm.SendPort). The connection then stays open
-// for the client's life; either side closing it ends the client.
+// for the client's life; either side closing it ends the client. On it the
+// client asks for what the daemon owns device-wide (Call: a Request, one
+// Reply each, in turn): RDMA CM service IDs, multicast groups.
 package proto
 
 import (
@@ -22,7 +24,7 @@ import (
 )
 
 // Version is the version of the conversation.
-const Version = 1
+const Version = 2
 
 // maxMessage bounds one JSON message.
 const maxMessage = 64 << 10
@@ -49,6 +51,50 @@ type Welcome struct {
 	QPNFirst  uint32   `json:"qpn_first"` // the client's QPNs: QPNFirst..QPNLast
 	QPNLast   uint32   `json:"qpn_last"`
 	MaxMRs    int      `json:"max_mrs"` // the client's limit on memory regions (0: the default)
+	// CommFirst..CommLast are the RDMA CM communication IDs (and SIDR
+	// request IDs) the client's QP1 may use: the daemon steers the MADs
+	// that name one to it.
+	CommFirst uint32 `json:"comm_first"`
+	CommLast  uint32 `json:"comm_last"`
+}
+
+// The operations of a Request.
+const (
+	OpListen   = "listen"   // take RDMA CM service ID ServiceID: its REQs and SIDR_REQs come to this client
+	OpUnlisten = "unlisten" // give ServiceID back
+	OpJoin     = "join"     // join the multicast group (or IPv4 broadcast address) Group on the interface
+	OpLeave    = "leave"    // leave Group
+)
+
+// Request is a client's request after the handshake.
+type Request struct {
+	Op        string `json:"op"`
+	ServiceID uint64 `json:"service_id,omitempty"`
+	Group     string `json:"group,omitempty"`
+}
+
+// Reply answers a Request: Error is empty when it was done.
+type Reply struct {
+	Error string `json:"error,omitempty"`
+}
+
+// Call sends r on the daemon connection c and waits for the reply, at most
+// timeout; a refusal is an error carrying the daemon's reason. Calls on one
+// connection must not overlap.
+func Call(c *net.UnixConn, r *Request, timeout time.Duration) error {
+	c.SetDeadline(time.Now().Add(timeout))
+	defer c.SetDeadline(time.Time{})
+	if err := Write(c, r); err != nil {
+		return err
+	}
+	var rep Reply
+	if err := Read(c, &rep); err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		return errors.New(rep.Error)
+	}
+	return nil
 }
 
 // Write sends v as one JSON message.
@@ -109,6 +155,9 @@ func handshake(c *net.UnixConn, command string, timeout time.Duration) (*shm.Lin
 	}
 	if w.QPNLast < w.QPNFirst || w.QPNFirst < 2 || w.QPNLast >= 0xFFFFFF {
 		return nil, nil, fmt.Errorf("daemon gave the QPN range %#x..%#x", w.QPNFirst, w.QPNLast)
+	}
+	if w.CommLast < w.CommFirst || w.CommLast == 0 {
+		return nil, nil, fmt.Errorf("daemon gave the communication ID range %#x..%#x", w.CommFirst, w.CommLast)
 	}
 	fds, err := shm.ReceivePort(c)
 	if err != nil {

@@ -1,0 +1,41 @@
+package daemon
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/xdproce/xdproce/internal/daemon/proto"
+)
+
+// maxRequest bounds one request from a client; a longer one is cut and
+// then fails to parse.
+const maxRequest = 4096
+
+// control does what a client's request asks (proto.Request) and says how
+// it went. A request it cannot read is refused, not fatal: a client's bad
+// input harms only its own requests.
+func (d *Daemon) control(c *client, msg []byte) *proto.Reply {
+	var r proto.Request
+	if err := json.Unmarshal(msg, &r); err != nil {
+		return &proto.Reply{Error: "malformed request: " + err.Error()}
+	}
+	var err error
+	switch r.Op {
+	case proto.OpListen:
+		err = d.listen(c, r.ServiceID)
+	case proto.OpUnlisten:
+		err = d.unlisten(c, r.ServiceID)
+	case proto.OpJoin:
+		err = d.joinGroup(c, r.Group)
+	case proto.OpLeave:
+		err = d.leaveGroup(c, r.Group)
+	default:
+		return &proto.Reply{Error: "unknown request " + strconv.Quote(r.Op)}
+	}
+	if err != nil {
+		d.log.Info("client request refused", "client", c.id, "op", r.Op, "err", err)
+		return &proto.Reply{Error: err.Error()}
+	}
+	d.log.Debug("client request", "client", c.id, "op", r.Op, "service_id", r.ServiceID, "group", r.Group)
+	return &proto.Reply{}
+}
