@@ -20,7 +20,7 @@ func TestPrivilegedRpingDaemon(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
 	sock := filepath.Join(t.TempDir(), "d.sock")
-	startDaemon(t, topo.A.NS, topo.A.Name, sock, "--link", "xsk")
+	d := startDaemon(t, topo.A.NS, topo.A.Name, sock, "--link", "xsk")
 	viaDaemon := func(ns *netlab.NS, ifname string) (*netlab.NS, []string) {
 		return ns, []string{"--dev", ifname, "--link", "daemon", "--daemon", sock}
 	}
@@ -41,7 +41,7 @@ func TestPrivilegedRpingDaemon(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 			defer cancel()
 			sns, sargs := tc.server()
-			so, se, done := startRpingServer(t, ctx, sns.Command(ctx, binary, append(append([]string{"rping"}, sargs...), "-s", "-a", tc.serverAddr, "-v")...))
+			so, se, done := startRpingServer(t, ctx, sns.Command(ctx, binary, append(append([]string{"rping"}, sargs...), "-s", "-a", tc.serverAddr, "-v", "-d")...))
 			cns, cargs := tc.client()
 			r := runCmd(t, cns.Command(ctx, binary, append(append([]string{"rping"}, cargs...), "-c", "-a", tc.serverAddr, "-C", "3", "-v")...))
 			awaitServer(t, ctx, done, r, so, se)
@@ -54,6 +54,9 @@ func TestPrivilegedRpingDaemon(t *testing.T) {
 			}
 			if r.stdout != want.String() || so.String() != wantSrv.String() {
 				t.Errorf("client stdout:\n%s\nserver stdout:\n%s\nwant:\n%s%s", r.stdout, so.String(), want.String(), wantSrv.String())
+			}
+			if logs := d.out.String() + d.errb.String(); !strings.Contains(logs, "client attached") || !strings.Contains(logs, "rping") {
+				t.Errorf("the daemon logged no rping client:\n%s", logs)
 			}
 		})
 	}
