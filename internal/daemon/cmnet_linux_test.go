@@ -123,10 +123,12 @@ func sendBothWays(t *testing.T, a, b *scriptSide) {
 // TestPrivilegedCM: two clients of one daemon each take QP1's role for
 // their own RDMA CM listeners and dials: a device on the other side of the
 // veth connects to both, one client connects to the other (the MADs and
-// the data switched port to port) and to the remote device; a SEND moves
+// the data switched port to port) and to the remote device, over IPv4 and
+// IPv6; a SEND moves
 // each way on every connection; a client cannot listen on the other's
 // port; a REQ to a port no client listens on is refused by the daemon (REJ
-// invalid service ID); a disconnect from the wire reaches the client.
+// invalid service ID); a disconnect from the wire reaches the client; a
+// client that goes leaves its port free and its peers' DREQs answered.
 func TestPrivilegedCM(t *testing.T) {
 	netlab.Privileged(t)
 	p := newDaemonPair(t)
@@ -159,6 +161,8 @@ func TestPrivilegedCM(t *testing.T) {
 		{"z to y", p.z, p.y, ly, addrA},
 		{"x to y (same host)", p.x, p.y, ly, addrA},
 		{"y to z", p.y, p.z, lz, addrB},
+		{"z to x over IPv6", p.z, p.x, lx, p.topo.A.IPv6},
+		{"x to z over IPv6", p.x, p.z, lz, p.topo.B.IPv6},
 	} {
 		a, b, ka, kb := cmConnect(t, tc.from, tc.to, tc.l, tc.dst)
 		sendBothWays(t, a, b)
@@ -179,8 +183,24 @@ func TestPrivilegedCM(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("x did not see z's disconnect")
 	}
+	// y goes: its service ID is free (a REQ to it is refused by the
+	// daemon), and z's DREQ on its connection to y is answered by the
+	// daemon (DREP) at once instead of timing out.
+	p.y.Close()
+	for deadline := time.Now().Add(5 * time.Second); len(p.d.Stats().Clients) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon still has y")
+		}
+	}
+	if _, err := p.z.DialCM(ctx, newScriptSide(t, p.z, 4096).qp, netip.AddrPortFrom(addrA, 7002), nil, &shortCM); !errors.As(err, &rej) || rej.Reason != roce.CMRejInvalidServiceID {
+		t.Fatalf("dial to the departed client's port: %v", err)
+	}
+	start := time.Now()
+	if err := conns[1].ka.Disconnect(ctx); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("disconnect from the departed client: %v after %v", err, time.Since(start))
+	}
 	st := p.d.Stats()
-	if st.CMAnswered < 1 || st.Switched == 0 {
+	if st.CMAnswered < 3 || st.Switched == 0 {
 		t.Errorf("daemon stats %+v", st)
 	}
 	t.Logf("daemon: %d frames in, %d out, %d switched, %d MADs answered, %d QP1 frames dropped",
