@@ -194,13 +194,18 @@ type Device struct {
 
 	resolve func(netip.Addr) (net.HardwareAddr, error)
 
-	// QPN → entry, two levels of 4096 so lookups need no lock.
-	qpTab [4096]atomic.Pointer[qpChunk]
+	// QPN → entry, two levels of 4096 so lookups need no lock; a chunk is
+	// made for its first queue pair and dropped with its last (qpUsed
+	// counts them, under mu), so QPNs handed out over a long life do not
+	// keep 32 KiB chunks for queue pairs long gone.
+	qpTab  [4096]atomic.Pointer[qpChunk]
+	qpUsed [4096]uint16
 
 	mu sync.Mutex // guards qps, retired, nextQPN, closed
 	// qpnFirst..qpnLast are the QPNs the device hands out.
 	qpnFirst, qpnLast uint32
 	qps               map[uint32]*qpEntry
+	qpsPeak           int   // len(qps) when it was last made (maps do not shrink: removeQP remakes it)
 	retired           Stats // counters of destroyed queue pairs
 	// retiredQP sums the Snapshot counters of destroyed queue pairs.
 	retiredQP qpTotals
@@ -484,6 +489,7 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 	e.ring = func() { d.doorbell(e) }
 	q.SetDoorbell(e.ring)
 	d.qps[n] = e
+	d.qpsPeak = max(d.qpsPeak, len(d.qps))
 	ci := (n >> 12) & 4095
 	c := d.qpTab[ci].Load()
 	if c == nil {
@@ -491,6 +497,7 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 		d.qpTab[ci].Store(c)
 	}
 	c[n&4095].Store(e)
+	d.qpUsed[ci]++
 	return e, nil
 }
 
@@ -510,10 +517,21 @@ func (d *Device) removeQP(e *qpEntry) {
 		d.srQPs.Add(-1)
 	}
 	delete(d.qps, e.qpn)
+	if d.qpsPeak >= 1024 && len(d.qps) <= d.qpsPeak/8 {
+		m := make(map[uint32]*qpEntry, len(d.qps))
+		for n, x := range d.qps {
+			m[n] = x
+		}
+		d.qps, d.qpsPeak = m, len(m)
+	}
 	addQPStats(&d.retired, e.q)
 	d.retiredQP.add(e.q)
-	if c := d.qpTab[(e.qpn>>12)&4095].Load(); c != nil {
+	ci := (e.qpn >> 12) & 4095
+	if c := d.qpTab[ci].Load(); c != nil {
 		c[e.qpn&4095].Store(nil)
+		if d.qpUsed[ci]--; d.qpUsed[ci] == 0 {
+			d.qpTab[ci].Store(nil) // a lookup holding it finds nil entries
+		}
 	}
 }
 

@@ -174,9 +174,10 @@ func (q *QP) compImplicit(k *compPkt) (compState, compAction) {
 func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
 	c := &q.comp
 	posted := q.sqPosted.Load()
+	sq := q.sq.Load() // after posted: it covers every index below
 	next := wire.PSNAdd(last, 1)
 	for i := c.head; i != posted; i++ {
-		w := &q.sq[i&q.sqMask]
+		w := sq.at(i)
 		if !w.started {
 			break
 		}
@@ -248,8 +249,9 @@ func (q *QP) wqeAt(psn uint32) *sendWQE {
 // oldest returns the oldest WQE not done, or nil.
 func (q *QP) oldest() *sendWQE {
 	posted := q.sqPosted.Load()
+	sq := q.sq.Load() // after posted: it covers every index below
 	for i := q.comp.head; i != posted; i++ {
-		w := &q.sq[i&q.sqMask]
+		w := sq.at(i)
 		if !w.started {
 			return nil
 		}
@@ -459,8 +461,9 @@ func (q *QP) timers() {
 func (q *QP) retire() {
 	c := &q.comp
 	posted := q.sqPosted.Load()
+	sq := q.sq.Load() // after posted: it covers every index below
 	for c.head != posted {
-		w := &q.sq[c.head&q.sqMask]
+		w := sq.at(c.head)
 		if !w.done {
 			break
 		}

@@ -14,7 +14,7 @@ func (q *QP) dump() string {
 		w.una, w.max, w.deadline, w.cwnd, w.fastDeadline, w.fastTries, w.srtt, w.rnrUntil,
 		s.epsn, s.msn, s.nakSent, s.seq, s.rqHead, q.rqPosted.Load(), s.txN, s.ack)
 	for i := c.head; i != q.sqPosted.Load(); i++ {
-		w := &q.sq[i&q.sqMask]
+		w := q.sendAt(i)
 		out += fmt.Sprintf("\n  wqe %d %v started %v done %v psn %#x..%#x read %#x len %d", i, w.opcode, w.started, w.done, w.firstPSN, w.lastPSN, w.readPSN, w.length)
 	}
 	return out

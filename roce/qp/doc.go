@@ -9,8 +9,10 @@
 // # Concurrency
 //
 // Application calls (PostSend, PostRecv, Modify, State, CQ.Poll, CQ.Wait) are
-// safe from any goroutine. Posting copies the work request into a ring that
-// was preallocated at New; the engine consumes it. The engine calls
+// safe from any goroutine. Posting copies the work request into a ring
+// slot; the engine consumes it. The rings start small and grow (doubling,
+// up to MaxSendWR/MaxRecvWR) when a post finds them full, without moving
+// a WQE the engine may be reading (ring.go). The engine calls
 // (Receive, Progress) must all come from one goroutine, the device's progress
 // goroutine: the engines' state is owned by it and takes no lock per packet.
 // Post and Modify ring the doorbell set with SetDoorbell so that the device

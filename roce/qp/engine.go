@@ -313,8 +313,9 @@ func (q *QP) enterError() {
 // requests complete with flush errors).
 func (q *QP) flush() {
 	posted := q.sqPosted.Load()
+	sq := q.sq.Load() // after posted: it covers every index below
 	for i := q.comp.first(); i != posted; i++ {
-		w := &q.sq[i&q.sqMask]
+		w := sq.at(i)
 		if !w.done {
 			w.done, w.status = true, WCWRFlushErr
 		}
@@ -329,8 +330,8 @@ func (q *QP) resetEngines(sqMark, rqMark uint32) {
 	q.req = requester{idx: sqMark}
 	q.comp = completer{head: sqMark}
 	q.win = sendWindow{}
-	for i := range q.sq {
-		q.sq[i].started, q.sq[i].done = false, false
+	for _, w := range q.sq.Load().slots {
+		w.started, w.done = false, false
 	}
 	q.sqDone.Store(sqMark)
 	q.resp.reset(rqMark)
@@ -342,7 +343,6 @@ func (q *QP) resetEngines(sqMark, rqMark uint32) {
 }
 
 func (q *QP) initEngines() {
-	q.resp.alloc()
 	if q.ooo != nil {
 		q.ooo.pkt, q.ooo.wLen = 0, 0
 	}

@@ -160,7 +160,7 @@ func (q *QP) condComponentDone(s *ctxState) {
 	if head == q.sqPosted.Load() {
 		return
 	}
-	if w := &q.sq[head&q.sqMask]; !w.started && w.ooo.condQ == s.condQ && w.ooo.cond.Op != 0 && w.ooo.cond.holds(n) {
+	if w := q.sendAt(head); !w.started && w.ooo.condQ == s.condQ && w.ooo.cond.Op != 0 && w.ooo.cond.holds(n) {
 		w.ooo.met = true
 	}
 }

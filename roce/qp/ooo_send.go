@@ -113,7 +113,7 @@ func (q *QP) oooProgress(out Output) int64 {
 			if head == q.sqPosted.Load() {
 				break
 			}
-			w := &q.sq[head&q.sqMask]
+			w := q.sendAt(head)
 			if !w.started && w.ooo.cond.Op != 0 {
 				wait, st := q.condGate(w)
 				if st != WCSuccess {

@@ -111,12 +111,10 @@ type QP struct {
 	rqPosted atomic.Uint32
 	rqDone   atomic.Uint32
 
-	// Rings, preallocated at New. A slot belongs to the poster between
-	// sqDone and sqPost, to the engine between sqDone and sqPosted.
-	sq     []sendWQE
-	rq     []recvWQE
-	sqMask uint32
-	rqMask uint32
+	// Rings (ring.go). A slot belongs to the poster between sqDone and
+	// sqPost, to the engine between sqDone and sqPosted.
+	sq atomic.Pointer[wqeRing[sendWQE]]
+	rq atomic.Pointer[wqeRing[recvWQE]]
 
 	// Engine side: owned by the progress goroutine.
 	e    engine
@@ -213,32 +211,8 @@ func New(cfg Config) (*QP, error) {
 	if cfg.Type == OOO {
 		q.ooo = &oooEngine{pool: cfg.Contexts}
 	}
-	ns, nr := ringSize(cfg.MaxSendWR), ringSize(cfg.MaxRecvWR)
-	q.sqMask, q.rqMask = uint32(ns-1), uint32(nr-1)
-	q.sq = make([]sendWQE, ns)
-	q.rq = make([]recvWQE, nr)
-	sges := make([]mr.SGE, (ns+nr)*cfg.MaxSGE)
-	var inline []byte
-	if cfg.MaxInline > 0 {
-		inline = make([]byte, ns*cfg.MaxInline)
-	}
-	var avs []AddressVector
-	if cfg.Type == UD {
-		avs = make([]AddressVector, ns)
-	}
-	for i := range q.sq {
-		if avs != nil {
-			q.sq[i].av = &avs[i]
-		}
-		q.sq[i].sglBuf = sges[i*cfg.MaxSGE : (i+1)*cfg.MaxSGE : (i+1)*cfg.MaxSGE]
-		if inline != nil {
-			q.sq[i].inlineBuf = inline[i*cfg.MaxInline : (i+1)*cfg.MaxInline : (i+1)*cfg.MaxInline]
-		}
-	}
-	for i := range q.rq {
-		o := (ns + i) * cfg.MaxSGE
-		q.rq[i].sglBuf = sges[o : o+cfg.MaxSGE : o+cfg.MaxSGE]
-	}
+	q.sq.Store(newRing(q.newSendWQEs(firstRing(cfg.MaxSendWR))))
+	q.rq.Store(newRing(q.newRecvWQEs(firstRing(cfg.MaxRecvWR))))
 	if cfg.SRQ != nil {
 		q.srqRecv.srq = cfg.SRQ
 		q.srqRecv.cur.sglBuf = make([]mr.SGE, cfg.SRQ.maxSGE)
@@ -572,7 +546,7 @@ func (q *QP) postSendLocked(wr *SendWR) error {
 	if q.sqPost-q.sqDone.Load() >= uint32(q.maxSendWR) {
 		return wrap(ErrQueueFull, fmt.Sprintf("qp: post send: %d outstanding", q.maxSendWR))
 	}
-	w := &q.sq[q.sqPost&q.sqMask]
+	w := q.sendSlot()
 	if err := w.fill(q, wr); err != nil {
 		return err
 	}
@@ -605,7 +579,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		q.mu.Unlock()
 		return wrap(ErrQueueFull, fmt.Sprintf("qp: post recv: %d outstanding", q.maxRecvWR))
 	}
-	r := &q.rq[q.rqPost&q.rqMask]
+	r := q.recvSlot()
 	r.id = wr.ID
 	r.sgl = r.sglBuf[:copy(r.sglBuf, wr.SGL)]
 	r.length = 0

@@ -122,7 +122,7 @@ func (q *QP) reqGetWQE() reqState {
 	if r.idx == q.sqPosted.Load() {
 		return reqDone
 	}
-	r.w = &q.sq[r.idx&q.sqMask]
+	r.w = q.sendAt(r.idx)
 	if r.w.done { // answered while queued for resending
 		r.idx++
 		r.off = 0
@@ -351,13 +351,14 @@ func (q *QP) reqAdvance() {
 func (q *QP) rewind(psn uint32) {
 	r := &q.req
 	posted := q.sqPosted.Load()
+	sq := q.sq.Load() // after posted: it covers every index below
 	if una := q.win.unacked(); wire.PSNBefore(psn, una) {
 		psn = una // never resend what is acknowledged
 	}
 	r.sinceAckReq = 0
 	q.win.resend(psn)
 	for i := q.comp.first(); i != posted; i++ {
-		w := &q.sq[i&q.sqMask]
+		w := sq.at(i)
 		if !w.started {
 			r.idx, r.off, r.psn = i, 0, psn
 			return

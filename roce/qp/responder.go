@@ -45,7 +45,8 @@ type responder struct {
 	unacked uint32
 	ack     pendingAck
 
-	// The last max_dest_rd_atomic READ/atomic requests, a ring.
+	// The last max_dest_rd_atomic READ/atomic requests, a ring (nil until
+	// the first such request).
 	res     []resource
 	resNext int
 	// tooMany: a request arrived beyond max_dest_rd_atomic (at PSN
@@ -65,13 +66,6 @@ func (r *responder) reset(rqMark uint32) {
 	*r = responder{rqHead: rqMark, res: res, sr: sr}
 	clear(r.res)
 	r.sr.reset()
-}
-
-// alloc allocates the READ/atomic ring (once, at New).
-func (r *responder) alloc() {
-	if r.res == nil {
-		r.res = make([]resource, resSlots)
-	}
 }
 
 // start readies the responder for RTR: the first request expected is psn.
@@ -345,6 +339,9 @@ func (q *QP) respCheckResource(k *respPkt) respState {
 		if n == 0 {
 			return respErrInvalid // rxe: class C, as for too many
 		}
+		if r.res == nil {
+			r.res = make([]resource, resSlots) // the first READ/atomic request: kept for the QP's life
+		}
 		if r.resNext >= n {
 			r.resNext = 0 // max_dest_rd_atomic changed
 		}
@@ -562,8 +559,9 @@ func (q *QP) flushRecv() {
 	}
 	r := &q.resp
 	rposted := q.rqPosted.Load()
+	rq := q.rq.Load() // after rposted: it covers every index below
 	for r.rqHead != rposted {
-		rqe := &q.rq[r.rqHead&q.rqMask]
+		rqe := rq.at(r.rqHead)
 		wc := WC{ID: rqe.id, Status: WCWRFlushErr, Opcode: WCRecv, QPN: q.qpn}
 		r.rqHead++
 		q.rqDone.Store(r.rqHead) // the slot is free before the WC shows

@@ -106,8 +106,9 @@ func (q *QP) srResend(out Output, budget *int) bool {
 // index, or nil.
 func (q *QP) sendWQEAt(psn uint32) (uint32, *sendWQE) {
 	posted := q.sqPosted.Load()
+	sq := q.sq.Load() // after posted: it covers every index below
 	for i := q.comp.first(); i != posted; i++ {
-		w := &q.sq[i&q.sqMask]
+		w := sq.at(i)
 		if !w.started {
 			break
 		}

@@ -36,12 +36,16 @@ type srHold struct {
 	bufs []byte               // srSlots × wire.MaxPayload
 }
 
-// enable turns selective repeat on or off; the buffer is allocated once, the
-// first time it is turned on (srSlots × 4 KiB).
+// enable turns selective repeat on or off.
 func (h *srHold) enable(on bool) {
 	h.on = on
 	h.reset()
-	if on && h.pkts == nil {
+}
+
+// alloc allocates the buffer (srSlots × 4 KiB), once, for the first request
+// held: a queue pair whose packets all come in order never pays for it.
+func (h *srHold) alloc() {
+	if h.pkts == nil {
 		h.pkts = make([]wire.Packet, srSlots)
 		h.bufs = make([]byte, srSlots*wire.MaxPayload)
 	}
@@ -88,6 +92,7 @@ func (q *QP) srHoldPacket(p *wire.Packet, d int32) {
 	if h.has(psn) {
 		q.stats.inc(CtrDuplicates)
 	} else {
+		h.alloc()
 		i := psn & srMask
 		x := &h.pkts[i]
 		*x = *p

@@ -251,7 +251,7 @@ func (q *QP) recvHead() *recvWQE {
 	if q.srqRecv.srq != nil {
 		return &q.srqRecv.cur
 	}
-	return &q.rq[q.resp.rqHead&q.rqMask]
+	return q.recvAt(q.resp.rqHead)
 }
 
 // flushSRQRecv completes the WQE the queue pair holds with a flush error and

@@ -109,7 +109,8 @@ var ErrCQOverflow = errors.New("qp: completion queue overflow")
 // with the engine adding completions.
 type CQ struct {
 	mu     sync.Mutex
-	ring   []WC
+	ring   []WC // grows on demand (push) up to depth
+	depth  int
 	head   int // index of the oldest WC
 	n      int
 	lost   uint64 // completions that did not fit
@@ -119,17 +120,21 @@ type CQ struct {
 	afterPush func()
 }
 
+// initialCQ is the number of completions a CQ's ring starts with.
+const initialCQ = 8
+
 // NewCQ returns a completion queue holding up to depth completions
-// (depth < 1 is taken as 1).
+// (depth < 1 is taken as 1). Its ring starts small and doubles, up to
+// depth, when a completion finds it full.
 func NewCQ(depth int) *CQ {
 	if depth < 1 {
 		depth = 1
 	}
-	return &CQ{ring: make([]WC, depth), notify: make(chan struct{}, 1)}
+	return &CQ{ring: make([]WC, min(depth, initialCQ)), depth: depth, notify: make(chan struct{}, 1)}
 }
 
 // Depth returns the capacity.
-func (c *CQ) Depth() int { return len(c.ring) }
+func (c *CQ) Depth() int { return c.depth }
 
 // Len returns the number of completions waiting.
 func (c *CQ) Len() int {
@@ -188,10 +193,13 @@ func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 func (c *CQ) push(wc *WC) bool {
 	c.mu.Lock()
 	if c.n == len(c.ring) {
-		c.lost++
-		c.mu.Unlock()
-		c.wake()
-		return false
+		if c.n == c.depth {
+			c.lost++
+			c.mu.Unlock()
+			c.wake()
+			return false
+		}
+		c.grow()
 	}
 	i := c.head + c.n
 	if i >= len(c.ring) {
@@ -205,6 +213,15 @@ func (c *CQ) push(wc *WC) bool {
 		c.afterPush()
 	}
 	return true
+}
+
+// grow doubles the full ring (c.mu held), up to depth; the completions move
+// to its start, oldest first.
+func (c *CQ) grow() {
+	r := make([]WC, min(2*len(c.ring), c.depth))
+	k := copy(r, c.ring[c.head:])
+	copy(r[k:], c.ring[:c.head])
+	c.ring, c.head = r, 0
 }
 
 func (c *CQ) wake() {

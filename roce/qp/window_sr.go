@@ -14,9 +14,10 @@ type srBoard struct {
 	on     bool
 	sacked [srSlots / 64]uint64 // the responder holds it (or it is not a request: READ responses)
 	resent [srSlots / 64]uint64 // resent since last found missing
-	// resentMax is the window's max when the PSN was resent: a SACK of a
+	// resentMax is the window's max when the PSN was resent (nil until the
+	// first resend; valid where resent is set): a SACK of a
 	// PSN at or past it shows the resend was lost too.
-	resentMax [srSlots]uint32
+	resentMax *[srSlots]uint32
 	high      uint32 // PSNs before this not SACKed are missing
 	highSet   bool
 	scan      uint32 // nextHole looks from here
@@ -27,7 +28,7 @@ type srBoard struct {
 // responder. Selective repeat keeps the window when a SACK reports a hole:
 // only the timers shrink it (and back off).
 func (b *srBoard) enable(on bool, w *sendWindow) {
-	*b = srBoard{on: on}
+	*b = srBoard{on: on, resentMax: b.resentMax}
 	if !on {
 		return
 	}
@@ -116,6 +117,9 @@ func (b *srBoard) nextHole(una uint32) (uint32, bool) {
 // sent.
 func (b *srBoard) markResent(psn, max uint32) {
 	setBit(&b.resent, psn, true)
+	if b.resentMax == nil {
+		b.resentMax = new([srSlots]uint32)
+	}
 	b.resentMax[psn&srMask] = max
 	b.scan = wire.PSNAdd(psn, 1)
 }

@@ -1,0 +1,101 @@
+package roce_test
+
+import (
+	"net/netip"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/link/pipe"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// TestManyQPs opens 10,000 RC queue pairs on one device (100,000 with
+// -long), connects each (RTS, no traffic), destroys them all, and checks
+// that memory comes back: the heap in use after a GC and the resident set
+// after debug.FreeOSMemory end within a few MiB of where they started. It
+// logs what an open queue pair costs (heap and RSS per queue pair).
+func TestManyQPs(t *testing.T) {
+	n := 10_000
+	if *long {
+		n = 100_000
+	}
+	la, _, err := pipe.New(pipe.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := roce.NewDevice(la, &roce.Options{MaxQPs: n, Addrs: []netip.Addr{addrA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cq, err := d.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd := d.AllocPD()
+	peer := netip.AddrFrom16(addrB.As16())
+
+	heap0, rss0 := memNow(t)
+	start := time.Now()
+	qps := make([]*roce.QP, n)
+	for i := range qps {
+		q, err := pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq})
+		if err != nil {
+			t.Fatalf("queue pair %d: %v", i, err)
+		}
+		if err := q.Connect(uint32(i), roce.Endpoint{QPN: 0x100000 + uint32(i), PSN: uint32(i), GID: peer}, nil); err != nil {
+			t.Fatalf("queue pair %d: connect: %v", i, err)
+		}
+		qps[i] = q
+	}
+	heap1, rss1 := memNow(t)
+	opened := time.Since(start)
+	for i, q := range qps {
+		if err := q.Destroy(); err != nil {
+			t.Fatalf("queue pair %d: destroy: %v", i, err)
+		}
+		qps[i] = nil
+	}
+	heap2, rss2 := memNow(t)
+	t.Logf("%d RC queue pairs (RTS, idle, default MaxSendWR/MaxRecvWR %d): %.0f B heap and %.0f B RSS each; opened in %v, all destroyed in %v",
+		n, roce.DefaultMaxWR, float64(heap1-heap0)/float64(n), float64(rss1-rss0)/float64(n), opened, time.Since(start)-opened)
+	t.Logf("heap in use %d → %d → %d B, RSS %d → %d → %d B", heap0, heap1, heap2, rss0, rss1, rss2)
+	const slack = 4 << 20
+	if heap2 > heap0+slack || rss2 > rss0+slack {
+		t.Fatalf("after destroying %d queue pairs: heap %+d B, RSS %+d B since the start (allowed %d)",
+			n, heap2-heap0, rss2-rss0, slack)
+	}
+	if st := d.Stats(); st.QPs != 0 {
+		t.Fatalf("device still counts %d queue pairs", st.QPs)
+	}
+}
+
+// memNow returns the heap in use after a GC and the resident set after
+// debug.FreeOSMemory.
+func memNow(t *testing.T) (heap, rss int64) {
+	t.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int64(ms.HeapInuse), kb * 1024
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0, 0
+}

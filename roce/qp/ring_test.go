@@ -1,0 +1,123 @@
+package qp
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/xdproce/xdproce/roce/mr"
+)
+
+// TestRingGrown: a grown ring keeps the WQE of every index from the oldest
+// outstanding one on (across the 2^32 wrap of the free-running indices),
+// gives the next size indices the fresh WQEs, and uses every WQE once.
+func TestRingGrown(t *testing.T) {
+	for _, tc := range []struct {
+		size int
+		from uint32
+	}{
+		{1, 0}, {1, 7}, {4, 0}, {4, 3}, {4, 0xFFFFFFFE}, {8, 0xFFFFFFFB}, {16, 0x7FFFFFF9}, {1024, 0xFFFFFF00},
+	} {
+		t.Run(fmt.Sprintf("%d@%#x", tc.size, tc.from), func(t *testing.T) {
+			old := make([]int, tc.size)
+			r := newRing(old)
+			fresh := make([]int, tc.size)
+			g := r.grown(tc.from, fresh)
+			if g.size() != 2*r.size() {
+				t.Fatalf("grown ring of %d slots, want %d", g.size(), 2*r.size())
+			}
+			n := uint32(tc.size)
+			for i := tc.from; i != tc.from+n; i++ {
+				if g.at(i) != r.at(i) {
+					t.Fatalf("index %#x moved to another WQE", i)
+				}
+			}
+			for k := range n {
+				if i := tc.from + n + k; g.at(i) != &fresh[k] {
+					t.Fatalf("index %#x: not fresh WQE %d", i, k)
+				}
+			}
+			seen := map[*int]bool{}
+			for _, s := range g.slots {
+				if s == nil || seen[s] {
+					t.Fatalf("slot nil or used twice: %v", g.slots)
+				}
+				seen[s] = true
+			}
+		})
+	}
+}
+
+// setIndices makes e's queue pair (in RESET) count its work requests from
+// sq and rq, as if that many had been posted and discarded before.
+func setIndices(t *testing.T, e *end, sq, rq uint32) {
+	q := e.q
+	q.mu.Lock()
+	q.sqPost, q.rqPost = sq, rq
+	q.sqPosted.Store(sq)
+	q.rqPosted.Store(rq)
+	q.sqDone.Store(sq)
+	q.rqDone.Store(rq)
+	q.mu.Unlock()
+	must(t, q.Modify(&Attr{State: Reset}, AttrState))
+}
+
+// TestRingsGrowAcrossWrap: send and receive rings that start small grow
+// (doubling, never past MaxSendWR/MaxRecvWR rounded up) while requests are
+// outstanding and their free-running indices cross 2^32; every request
+// completes once, in order, with its own bytes.
+func TestRingsGrowAcrossWrap(t *testing.T) {
+	for _, start := range []uint32{0, 0xFFFFFFF3, 0xFFFFFFFF} {
+		t.Run(fmt.Sprintf("%#x", start), func(t *testing.T) {
+			o := defaultOpts()
+			o.maxWR = 40 // rings of 4 → 8 → 16 → 32 → 64 slots
+			o.noConnect = true
+			p := newPair(t, o)
+			if got := p.a.q.sq.Load().size(); got != initialRing {
+				t.Fatalf("send ring starts with %d slots, want %d", got, initialRing)
+			}
+			setIndices(t, p.a, start, start)
+			setIndices(t, p.b, start+5, start-3)
+			p.connect(o)
+			const msg = 100
+			am, abuf := p.a.reg(t, 64*msg, allAcc)
+			bm, bbuf := p.b.reg(t, 64*msg, allAcc)
+			id := uint64(0)
+			// Bursts of growing and shrinking size: the rings grow while
+			// earlier requests are outstanding and the indices wrap.
+			for _, burst := range []int{1, 3, 4, 5, 2, 9, 16, 7, 33, 40, 1, 40} {
+				for k := range burst {
+					must(t, p.b.q.PostRecv(&RecvWR{ID: id + uint64(k), SGL: []mr.SGE{sge(bm, k*msg, msg)}}))
+				}
+				for k := range burst {
+					fill(abuf[k*msg:(k+1)*msg], byte(id)+byte(k))
+					must(t, p.a.q.PostSend(&SendWR{ID: id + uint64(k), Opcode: WRSend, Flags: Signaled, SGL: []mr.SGE{sge(am, k*msg, msg)}}))
+				}
+				recv := p.poll(p.b, burst)
+				send := p.poll(p.a, burst)
+				for k := range burst {
+					want := id + uint64(k)
+					if r, s := recv[k], send[k]; r.ID != want || r.Status != WCSuccess || r.ByteLen != msg ||
+						s.ID != want || s.Status != WCSuccess {
+						t.Fatalf("burst %d, request %d: receive %+v, send %+v", burst, want, r, s)
+					}
+					if !bytes.Equal(bbuf[k*msg:(k+1)*msg], abuf[k*msg:(k+1)*msg]) {
+						t.Fatalf("burst %d, request %d: bytes differ", burst, want)
+					}
+				}
+				id += uint64(burst)
+				for _, r := range []uint32{p.a.q.sq.Load().size(), p.b.q.rq.Load().size()} {
+					if r < uint32(min(burst, 64)) || r > 64 {
+						t.Fatalf("after a burst of %d: a ring of %d slots (max 64)", burst, r)
+					}
+				}
+			}
+			if a, b := p.a.q.sq.Load().size(), p.b.q.rq.Load().size(); a != 64 || b != 64 {
+				t.Fatalf("rings of %d and %d slots after 40 outstanding, want 64", a, b)
+			}
+			if r := p.a.q.rq.Load().size(); r != initialRing {
+				t.Fatalf("a's unused receive ring grew to %d", r)
+			}
+		})
+	}
+}
