@@ -1,12 +1,14 @@
 package roce_test
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,11 +57,24 @@ func TestManyQPs(t *testing.T) {
 	}
 	heap1, rss1 := memNow(t)
 	opened := time.Since(start)
-	for i, q := range qps {
-		if err := q.Destroy(); err != nil {
-			t.Fatalf("queue pair %d: destroy: %v", i, err)
-		}
-		qps[i] = nil
+	// Destroy waits for the engine to flush the queue pair: destroy from
+	// several goroutines so that the waits overlap.
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 32 {
+		wg.Go(func() {
+			for i := w; i < n; i += 32 {
+				if err := qps[i].Destroy(); err != nil {
+					errs <- fmt.Errorf("queue pair %d: destroy: %w", i, err)
+				}
+				qps[i] = nil
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 	heap2, rss2 := memNow(t)
 	t.Logf("%d RC queue pairs (RTS, idle, default MaxSendWR/MaxRecvWR %d): %.0f B heap and %.0f B RSS each; opened in %v, all destroyed in %v",
