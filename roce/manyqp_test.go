@@ -20,9 +20,10 @@ import (
 // -long), connects each (RTS, no traffic), destroys them all, and checks
 // that memory comes back: the heap in use after a GC and the resident set
 // after debug.FreeOSMemory end within 4 MiB of where they started (the
-// resident set less the growth of the runtime's heap bookkeeping, about 2.5 %
-// of the largest heap, which Go keeps). It logs what an open queue pair
-// costs (heap and RSS per queue pair).
+// resident set less the growth of the runtime's heap bookkeeping, about 2 %
+// of the largest heap, which Go keeps), and that an idle queue pair with
+// the default limits costs at most 8 KiB of heap (its rings are not
+// preallocated). It logs what an open queue pair costs.
 func TestManyQPs(t *testing.T) {
 	n := 10_000
 	if *long {
@@ -83,6 +84,9 @@ func TestManyQPs(t *testing.T) {
 		n, roce.DefaultMaxWR, float64(heap1-heap0)/float64(n), float64(rss1-rss0)/float64(n), opened, time.Since(start)-opened)
 	t.Logf("heap in use %d → %d → %d B, RSS %d → %d → %d B, of which the runtime's heap bookkeeping grew %d B",
 		heap0, heap1, heap2, rss0, rss1, rss2, meta2-meta0)
+	if per := (heap1 - heap0) / int64(n); per > 8<<10 {
+		t.Errorf("an idle queue pair costs %d B of heap, want at most 8 KiB", per)
+	}
 	const slack = 4 << 20
 	if heap2 > heap0+slack || rss2-(meta2-meta0) > rss0+slack {
 		t.Fatalf("after destroying %d queue pairs: heap %+d B, RSS %+d B (%d B of it the runtime's bookkeeping) since the start (allowed %d)",

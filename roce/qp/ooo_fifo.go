@@ -107,7 +107,7 @@ func (q *QP) oooFIFOSend(p *wire.Packet, out Output) {
 		q.completeRecv(WCLocLenErr)
 		return
 	}
-	if st := q.sglCopy(rqe.sgl, 0, p.Payload, true); st != WCSuccess {
+	if st := q.sglCopy(rqe.sgl(), 0, p.Payload, true); st != WCSuccess {
 		q.completeRecv(st)
 		return
 	}

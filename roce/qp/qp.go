@@ -579,13 +579,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		q.mu.Unlock()
 		return wrap(ErrQueueFull, fmt.Sprintf("qp: post recv: %d outstanding", q.maxRecvWR))
 	}
-	r := q.recvSlot()
-	r.id = wr.ID
-	r.sgl = r.sglBuf[:copy(r.sglBuf, wr.SGL)]
-	r.length = 0
-	for _, s := range wr.SGL {
-		r.length += uint64(s.Length)
-	}
+	q.recvSlot().set(wr.ID, wr.SGL)
 	q.rqPost++
 	q.rqPosted.Store(q.rqPost)
 	q.mu.Unlock()

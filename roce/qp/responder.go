@@ -446,7 +446,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 			r.recvOff = 0
 		}
 		rqe := q.recvHead()
-		if st := q.sglCopy(rqe.sgl, r.recvOff, p.Payload, true); st != WCSuccess {
+		if st := q.sglCopy(rqe.sgl(), r.recvOff, p.Payload, true); st != WCSuccess {
 			k.status = st
 			if st == WCLocLenErr {
 				return respErrInvalid // message longer than the receive buffer

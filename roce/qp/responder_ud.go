@@ -27,11 +27,11 @@ func (q *QP) respUD(k *respPkt) respState {
 		q.completeRecv(WCLocLenErr)
 		return respDone
 	}
-	if st := q.sglCopy(rqe.sgl, 0, grh[:], true); st != WCSuccess {
+	if st := q.sglCopy(rqe.sgl(), 0, grh[:], true); st != WCSuccess {
 		q.completeRecv(st)
 		return respDone
 	}
-	if st := q.sglCopy(rqe.sgl, GRHLen, p.Payload, true); st != WCSuccess {
+	if st := q.sglCopy(rqe.sgl(), GRHLen, p.Payload, true); st != WCSuccess {
 		q.completeRecv(st)
 		return respDone
 	}

@@ -17,7 +17,7 @@ import "github.com/xdproce/xdproce/roce/mr"
 // every index below it. A slot array is never written once published.
 
 // initialRing is the number of slots a ring starts with.
-const initialRing = 4
+const initialRing = 2
 
 // A wqeRing is a ring of 2^k WQE pointers, indexed by free-running indices.
 type wqeRing[T any] struct {

@@ -70,7 +70,7 @@ func TestRingsGrowAcrossWrap(t *testing.T) {
 	for _, start := range []uint32{0, 0xFFFFFFF3, 0xFFFFFFFF} {
 		t.Run(fmt.Sprintf("%#x", start), func(t *testing.T) {
 			o := defaultOpts()
-			o.maxWR = 40 // rings of 4 → 8 → 16 → 32 → 64 slots
+			o.maxWR = 40 // rings of 2 → 4 → 8 → 16 → 32 → 64 slots
 			o.noConnect = true
 			p := newPair(t, o)
 			if got := p.a.q.sq.Load().size(); got != initialRing {

@@ -109,13 +109,7 @@ func (s *SRQ) PostRecv(wr *RecvWR) error {
 	case int(s.tail-s.head) >= s.maxWR:
 		return wrap(ErrQueueFull, fmt.Sprintf("qp: srq post recv: %d outstanding", s.maxWR))
 	}
-	r := &s.ring[s.tail&s.mask]
-	r.id = wr.ID
-	r.sgl = r.sglBuf[:copy(r.sglBuf, wr.SGL)]
-	r.length = 0
-	for _, g := range wr.SGL {
-		r.length += uint64(g.Length)
-	}
+	s.ring[s.tail&s.mask].set(wr.ID, wr.SGL)
 	s.tail++
 	return nil
 }
@@ -199,8 +193,7 @@ func (s *SRQ) take(dst *recvWQE) bool {
 		return false
 	}
 	r := &s.ring[s.head&s.mask]
-	dst.id, dst.length = r.id, r.length
-	dst.sgl = dst.sglBuf[:copy(dst.sglBuf, r.sgl)]
+	dst.set(r.id, r.sgl())
 	s.head++
 	var fire func()
 	if s.limit > 0 && int(s.tail-s.head) < s.limit {

@@ -121,7 +121,7 @@ type CQ struct {
 }
 
 // initialCQ is the number of completions a CQ's ring starts with.
-const initialCQ = 8
+const initialCQ = 4
 
 // NewCQ returns a completion queue holding up to depth completions
 // (depth < 1 is taken as 1). Its ring starts small and doubles, up to

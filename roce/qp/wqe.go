@@ -73,13 +73,25 @@ func (w *sendWQE) fill(q *QP, wr *SendWR) error {
 	return nil
 }
 
-// A recvWQE is a receive work request.
+// A recvWQE is a receive work request. It keeps its SGL's length, not a
+// second slice header: a queue pair may hold thousands of them.
 type recvWQE struct {
 	id     uint64
-	sgl    []mr.SGE // aliases sglBuf
 	length uint64
-	sglBuf []mr.SGE
+	sglBuf []mr.SGE // MaxSGE of them; the SGL is sglBuf[:n]
+	n      int32
 }
+
+// set copies a work request's id and SGL into r.
+func (r *recvWQE) set(id uint64, sgl []mr.SGE) {
+	r.id, r.n, r.length = id, int32(copy(r.sglBuf, sgl)), 0
+	for _, s := range sgl {
+		r.length += uint64(s.Length)
+	}
+}
+
+// sgl returns the SGL.
+func (r *recvWQE) sgl() []mr.SGE { return r.sglBuf[:r.n] }
 
 // sglCopy copies between b and the bytes of sgl starting at byte off: into
 // the SGL memory when write, out of it otherwise. It returns WCSuccess,
