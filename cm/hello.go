@@ -49,10 +49,14 @@ const (
 	// CapSR: the side's RC queue pairs do selective repeat (docs/sr-wire.md) with a peer that
 	// agrees per connection (xfer's request and accept say "reliability":"sr").
 	CapSR = "sr"
+	// CapDCQCN: the side's RC queue pairs do DCQCN congestion control (docs/cc.md: ECT(0)
+	// frames, CNPs for CE-marked ones, paced requests) with a peer that agrees per connection
+	// (xfer's request and accept say "cc":"dcqcn").
+	CapDCQCN = "dcqcn"
 )
 
 // Capabilities lists what this side offers in its hello.
-var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P, CapLMRM, CapSR}
+var Capabilities = []string{CapPSK, CapOverwrite, CapOOO, CapRange, CapOOO3P, CapLMRM, CapSR, CapDCQCN}
 
 // How a server authenticates its clients, as its hello says.
 const (

@@ -72,8 +72,10 @@ type Props struct {
 	SrcPort uint16
 	// SyntheticHeaders reports that the Ethernet and IP headers of received
 	// frames are rebuilt by the link: fields the ICRC does not cover (MAC
-	// addresses, TTL, TOS) are not the sender's. The link restores what the
-	// ICRC covers (link/udp recovers the IPv4 Identification from the ICRC).
+	// addresses, TTL) are not the sender's. The link restores what the
+	// ICRC covers (link/udp recovers the IPv4 Identification from the ICRC)
+	// and the TOS, whose ECN bits congestion control reads (link/udp reads
+	// it with IP_RECVTOS).
 	SyntheticHeaders bool
 }
 

@@ -153,6 +153,7 @@ type Stats struct {
 	QPDropped               uint64 // packets the queue pairs dropped (state, sequence, Q_Key, stale)
 	OOO                     OOOStats
 	SR                      SRStats
+	CC                      CCStats
 }
 
 // addQPStats adds the counters of one queue pair to st.
@@ -168,6 +169,7 @@ func addQPStats(st *Stats, q *qp.QP) {
 	st.QPDropped += c.Dropped
 	st.OOO.add(c.OOO)
 	st.SR.add(c.SR)
+	st.CC.add(c.CC)
 }
 
 // ErrClosed is returned by operations on a closed Device.

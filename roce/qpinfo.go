@@ -27,6 +27,7 @@ type QPStats struct {
 	EncodeErrors            uint64   // frames the engine failed to encode (a bug)
 	OOO                     OOOStats // OOO queue pairs (zero for the others)
 	SR                      SRStats  // selective repeat (zero for go-back-N queue pairs)
+	CC                      CCStats  // congestion control (docs/cc.md)
 }
 
 // Stats returns the queue pair's counters (also after Destroy).
@@ -50,5 +51,6 @@ func qpStats(q *qp.QP) QPStats {
 		EncodeErrors:            c.Get(qp.CtrEncodeErrors),
 		OOO:                     oooStats(c),
 		SR:                      srStats(c),
+		CC:                      ccStats(c),
 	}
 }

@@ -138,6 +138,10 @@ var qpCounters = [...]struct {
 	{"sack_sent", qp.CtrSACKsSent},
 	{"sack_received", qp.CtrSACKsRecv},
 	{"selective_retransmits", qp.CtrSRRetransmits},
+	{"np_cnp_sent", qp.CtrCNPSent},
+	{"np_ecn_marked_roce_packets", qp.CtrECNMarked},
+	{"rp_cnp_handled", qp.CtrCNPHandled},
+	{"rp_cnp_ignored", qp.CtrCNPIgnored},
 }
 
 // qpTotals are sums of qpCounters, in their order.

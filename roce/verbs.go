@@ -86,6 +86,9 @@ type QPConfig struct {
 	// roce/qp default). A small window makes go-back-N recovery cheap on
 	// lossy paths.
 	SendWindow int
+	// DCQCN: the parameters of DCQCN for a queue pair connected with
+	// ConnectOptions.CC DCQCN (zero fields: DefaultDCQCN; docs/cc.md).
+	DCQCN DCQCNParams
 	// SRQ: the queue pair (RC or UD) receives on this shared receive queue
 	// of the same PD; MaxRecvWR is ignored and PostRecv refused.
 	SRQ *SRQ
@@ -123,6 +126,7 @@ func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
 			Type: cfg.Type, PD: p.pd, Table: d.tbl, SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ,
 			MaxSendWR: cfg.MaxSendWR, MaxRecvWR: cfg.MaxRecvWR, MaxSGE: cfg.MaxSGE,
 			MaxInline: cfg.MaxInline, QPN: n, SendWindow: cfg.SendWindow, Contexts: pool, SRQ: srq,
+			DCQCN: cfg.DCQCN,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("roce: create qp: %w", err)
@@ -323,6 +327,15 @@ type ConnectOptions struct {
 	// only a peer that agreed on it understands (an xdproce whose hello
 	// offered cm.CapSR; docs/sr-wire.md). RC only; ignored for the others.
 	Reliability Reliability
+	// CC is an RC queue pair's congestion control: CCNone (the zero value)
+	// or DCQCN, which only a peer that agreed on it should get (an xdproce
+	// whose hello offered cm.CapDCQCN; docs/cc.md): it answers CE-marked
+	// frames with CNPs, which rxe does not know. RC only.
+	CC CongestionControl
+	// NoECT keeps the frames of a DCQCN queue pair not ECN-capable (TOS as
+	// given): switches then never mark them, and DCQCN only reacts to the
+	// peer's CNPs for frames it marked otherwise.
+	NoECT bool
 }
 
 // Reliability is an RC queue pair's loss recovery (ConnectOptions).
@@ -392,7 +405,6 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 	if opt.DstMAC != nil {
 		copy(av.DstMAC[:], opt.DstMAC)
 	}
-	av.TOS = opt.TOS
 	steps := []struct {
 		name string
 		attr qp.Attr
@@ -419,6 +431,11 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 	} else if opt.Reliability > SelectiveRepeat {
 		return fmt.Errorf("roce: connect qp %#x: %v", q.e.qpn, opt.Reliability)
 	}
+	tos, err := ccAttr(q.typ, &opt, &steps[1].attr, &steps[1].mask) // cc.go
+	if err != nil {
+		return fmt.Errorf("roce: connect qp %#x: %w", q.e.qpn, err)
+	}
+	steps[1].attr.AV.TOS = tos
 	for _, s := range steps {
 		if err := q.modify(&s.attr, s.mask); err != nil {
 			return fmt.Errorf("roce: connect qp %#x to %s: %w", q.e.qpn, s.name, err)

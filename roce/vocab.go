@@ -80,6 +80,7 @@ const (
 	AttrMaxDestRdAtomic = qp.AttrMaxDestRdAtomic
 	AttrDestQPN         = qp.AttrDestQPN
 	AttrSelectiveRepeat = qp.AttrSelectiveRepeat
+	AttrDCQCN           = qp.AttrDCQCN
 )
 
 // Send work request opcodes (enum ibv_wr_opcode).

@@ -103,6 +103,8 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	mf.register(fs)
 	var rf relFlag
 	rf.register(fs)
+	var ccf ccFlag
+	ccf.register(fs)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce serve"
 		if len(args) != 0 {
@@ -162,6 +164,9 @@ func setupServe(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		fmt.Fprintln(env.Stderr, cf.describe(ln, *dir))
 		var mu sync.Mutex
 		so := &xfer.Options{Log: env.Log}
+		if err := ccf.apply(cmd, so); err != nil {
+			return err
+		}
 		if err := rf.apply(cmd, so); err != nil {
 			return err
 		}

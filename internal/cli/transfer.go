@@ -132,6 +132,8 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 	mf.register(fs, true)
 	var rf relFlag
 	rf.register(fs)
+	var ccf ccFlag
+	ccf.register(fs)
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -178,6 +180,9 @@ func setupSend(fs *flag.FlagSet, env *Env) func(context.Context, []string) error
 		if err := mf.apply(cmd, o, ccfg, *enl); err != nil {
 			return err
 		}
+		if err := ccf.apply(cmd, o); err != nil {
+			return err
+		}
 		if err := rf.apply(cmd, o); err != nil {
 			return err
 		}
@@ -211,6 +216,8 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 	mf.register(fs, false)
 	var rf relFlag
 	rf.register(fs)
+	var ccf ccFlag
+	ccf.register(fs)
 	var cf ctrlFlags
 	cf.register(fs, false)
 	return func(ctx context.Context, args []string) error {
@@ -248,6 +255,9 @@ func setupGet(fs *flag.FlagSet, env *Env) func(context.Context, []string) error 
 		ccfg.Retry = *retry
 		o := &xfer.Options{Log: env.Log}
 		if err := mf.apply(cmd, o, ccfg, *enl); err != nil {
+			return err
+		}
+		if err := ccf.apply(cmd, o); err != nil {
 			return err
 		}
 		if err := rf.apply(cmd, o); err != nil {
@@ -327,6 +337,9 @@ func printResult(env *Env, asJSON bool, verb, path string, res xfer.Result) erro
 		err = printOOO(env, res.OOO)
 	}
 	if l := reliabilityLine(res.Reliability); err == nil && l != "" {
+		_, err = fmt.Fprint(env.Stdout, l)
+	}
+	if l := ccLine(res.CC); err == nil && l != "" {
 		_, err = fmt.Fprint(env.Stdout, l)
 	}
 	return err

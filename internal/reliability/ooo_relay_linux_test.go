@@ -33,6 +33,7 @@ type sendResult struct {
 	Op      string  `json:"op"`
 	// Reliability is the RC queue pair's loss recovery ("sr", "gbn").
 	Reliability string `json:"reliability"`
+	CC          string `json:"cc"` // its congestion control ("dcqcn", "none")
 	OOO         *struct {
 		Paths            int     `json:"paths"`
 		Attempts         uint64  `json:"attempts"`

@@ -54,6 +54,10 @@ type message struct {
 	// it, the server's accept says what both then use. Empty (an xdproce
 	// without it, or --reliability gbn): go-back-N.
 	Reliability string `json:"reliability,omitempty"`
+	// CC "dcqcn": the RC queue pair runs DCQCN (docs/cc.md) if the other
+	// side's says "dcqcn" too, agreed as Reliability. Empty (an xdproce
+	// without it, or --cc none): no congestion control.
+	CC string `json:"cc,omitempty"`
 
 	// Staging buffer (accept).
 	Addr     uint64 `json:"addr,omitempty"`

@@ -93,6 +93,8 @@ type qpConn struct {
 	// rel is the loss recovery this side offers (offer, before endpoint)
 	// or, after connect, the one both sides use.
 	rel roce.Reliability
+	// cc is likewise the congestion control (docs/cc.md).
+	cc roce.CongestionControl
 	// commit is an OOO put's server: the commit record's context
 	// (ooo_commit.go).
 	commit roce.Ctx
@@ -182,13 +184,16 @@ func (q *qpConn) endpoint(m *message) {
 	if q.rel == roce.SelectiveRepeat {
 		m.Reliability = roce.SelectiveRepeat.String()
 	}
+	if q.cc == roce.DCQCN {
+		m.CC = roce.DCQCN.String()
+	}
 }
 
 // offer sets the loss recovery a client offers in its request: o's (RC
 // only; nil: go-back-N).
 func (q *qpConn) offer(o *roce.ConnectOptions) {
 	if o != nil && q.qp.Type() == roce.RC {
-		q.rel = o.Reliability
+		q.rel, q.cc = o.Reliability, o.CC
 	}
 }
 
@@ -225,6 +230,12 @@ func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
 		co.Reliability = roce.GoBackN
 	}
 	q.rel = co.Reliability
+	// DCQCN likewise: never towards a peer that did not say "dcqcn" (rxe
+	// and older xdproce do not know CNPs).
+	if co.CC != roce.DCQCN || m.CC != roce.DCQCN.String() || q.qp.Type() != roce.RC {
+		co.CC = roce.CCNone
+	}
+	q.cc = co.CC
 	mtu := q.pmtu.Bytes()
 	if m.PathMTU > 0 && m.PathMTU < mtu {
 		mtu = m.PathMTU

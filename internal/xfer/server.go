@@ -168,6 +168,7 @@ func (q *qpConn) accept(c *ctrl, req, acc *message, res *Result, co *roce.Connec
 	}
 	if q.qp.Type() == roce.RC {
 		res.Reliability = q.rel.String() // what connect agreed with the request
+		res.CC = q.cc.String()
 	}
 	if err := q.offerContexts(acc, res); err != nil {
 		return refuse(c, err)

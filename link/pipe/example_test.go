@@ -32,5 +32,5 @@ func Example() {
 	// Output:
 	// a received 1: "a reply that makes it through"
 	// b received 0
-	// a→b: {Frames:1 Delivered:0 Received:0 Lost:1 Reordered:0 Duplicated:0 Corrupted:0 Delayed:0 Overflow:0 PeerClosed:0}
+	// a→b: {Frames:1 Delivered:0 Received:0 Lost:1 Reordered:0 Duplicated:0 Corrupted:0 Marked:0 Delayed:0 Overflow:0 PeerClosed:0}
 }

@@ -50,6 +50,11 @@ type Faults struct {
 	// Corrupt flips one random byte of the frame (XOR with a random non-zero
 	// value).
 	Corrupt float64
+	// ECNMark sets the IP ECN bits of an ECN-capable frame (ECT(0) or
+	// ECT(1)) to CE, as a congested switch marks instead of dropping (the
+	// IPv4 checksum follows; the RoCEv2 ICRC masks the TOS). Other frames
+	// pass unmarked.
+	ECNMark float64
 	// Reorder holds the frame back until the next frame of this direction has
 	// been sent (and, unless lost, delivered: they swap places), or at most
 	// ReorderHold.
@@ -69,7 +74,7 @@ func (f *Faults) validate() error {
 	for _, r := range [...]struct {
 		name string
 		v    float64
-	}{{"loss", f.Loss}, {"duplicate", f.Duplicate}, {"corrupt", f.Corrupt}, {"reorder", f.Reorder}, {"delay", f.Delay}} {
+	}{{"loss", f.Loss}, {"duplicate", f.Duplicate}, {"corrupt", f.Corrupt}, {"ecn mark", f.ECNMark}, {"reorder", f.Reorder}, {"delay", f.Delay}} {
 		if !(r.v >= 0 && r.v <= 1) { // also refuses NaN
 			return fmt.Errorf("%s rate %v not in [0, 1]", r.name, r.v)
 		}
@@ -92,6 +97,7 @@ type Stats struct {
 	Reordered  uint64 // held back by the Reorder fault
 	Duplicated uint64 // extra copies delivered by the Duplicate fault (none when the queue is full)
 	Corrupted  uint64 // frames with a byte flipped
+	Marked     uint64 // frames marked CE by the ECNMark fault
 	Delayed    uint64 // held back by the Delay fault
 	Overflow   uint64 // dropped because the receive queue was full
 	PeerClosed uint64 // dropped because the receiving end was closed
@@ -428,6 +434,9 @@ func (d *direction) send(f []byte, now int64) bool {
 		b := d.slots[s][:len(f)]
 		b[d.rng.IntN(len(b))] ^= byte(1 + d.rng.IntN(255))
 		d.stats.Corrupted++
+	}
+	if d.chance(ft.ECNMark) && markCE(d.slots[s][:len(f)]) {
+		d.stats.Marked++
 	}
 	dup := int32(-1)
 	nheld := len(d.held)

@@ -23,9 +23,11 @@
 // Receive takes datagrams in batches (recvmmsg) with their destination
 // address (IP_PKTINFO / IPV6_PKTINFO) and rebuilds the headers in front of
 // each payload, so that the engine sees a whole frame: zero MAC addresses;
-// IPv4 with ID 0, DF, TTL 64, TOS 0 and a valid checksum (or IPv6 with
-// traffic class 0, flow label 0, hop limit 64); UDP from the sender's port to
-// 4791 with checksum 0. Props.SyntheticHeaders is set. The kernel hides the
+// IPv4 with ID 0, DF, TTL 64, the TOS received (IP_RECVTOS) and a valid
+// checksum (or IPv6 with the traffic class received, flow label 0, hop
+// limit 64); UDP from the sender's port to 4791 with checksum 0. Frames
+// leave with their TOS (IP_TOS, when not 0; tos_linux.go), so ECN works
+// end to end. Props.SyntheticHeaders is set. The kernel hides the
 // sender's IPv4 Identification, which the ICRC covers (rxe sends a counter):
 // Receive solves for the Identification that makes the ICRC right
 // (wire.RecoverIPv4ID) and writes it into the frame, so the frame is the one

@@ -182,6 +182,7 @@ func (l *Link) flushGSO() error {
 				}
 			}
 		}
+		off = putTOS(ctl, off, g.tos, g.v4)
 		h.Control = nil
 		if off > 0 {
 			h.Control = &ctl[0]

@@ -20,8 +20,10 @@ import (
 const (
 	// headroom in front of a received payload: Ethernet + IPv6 + UDP.
 	headroom = 14 + 40 + 8
-	// cmsgRoom is the control buffer of one message.
-	cmsgRoom = 64
+	// cmsgRoom is the control buffer of one message: on transmit
+	// IPV6_PKTINFO, UDP_SEGMENT and IP_TOS; on receive (an IPv4 datagram on
+	// a dual-stack socket) IPV6_PKTINFO, IP_PKTINFO, IP_TOS and UDP_GRO.
+	cmsgRoom = 128
 )
 
 // A Link is a RoCEv2 link over a kernel UDP socket. It implements link.Link.
@@ -176,6 +178,7 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 		// takes its IDs from a per-socket counter (inet_id) instead.
 		{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO, "IP_MTU_DISCOVER"},
 		{unix.IPPROTO_IP, unix.IP_PKTINFO, 1, "IP_PKTINFO"},
+		{unix.IPPROTO_IP, unix.IP_RECVTOS, 1, "IP_RECVTOS"}, // ECN CE (tos_linux.go)
 		// A device may send to an IPv4 broadcast address (a group
 		// context bound to the subnet broadcast; docs/ooo.md).
 		{unix.SOL_SOCKET, unix.SO_BROADCAST, 1, "SO_BROADCAST"},
@@ -186,6 +189,7 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 			opt{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(!l.pktinfo), "IPV6_V6ONLY"},
 			opt{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO, "IPV6_MTU_DISCOVER"},
 			opt{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1, "IPV6_RECVPKTINFO"},
+			opt{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1, "IPV6_RECVTCLASS"},
 			// RoCEv2 senders (rxe, AF_XDP) send UDP checksum 0, which
 			// IPv6 forbids: without this the kernel drops their frames
 			// (Udp6InCsumErrors). The ICRC protects the payload.
@@ -313,14 +317,13 @@ func (l *Link) initBuffers(cfg Config) {
 		h.Iov = &l.txIov[i]
 		h.SetIovlen(1)
 		if l.pktinfo {
-			// One IPV6_PKTINFO message, filled per frame.
+			// One IPV6_PKTINFO message, filled per frame (prepare
+			// sets the length, with the TOS after it).
 			c := l.txCtl[i*cmsgRoom:]
 			cm := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
 			cm.Level = unix.IPPROTO_IPV6
 			cm.Type = unix.IPV6_PKTINFO
 			cm.SetLen(unix.CmsgLen(unix.SizeofInet6Pktinfo))
-			h.Control = &c[0]
-			h.SetControllen(unix.CmsgSpace(unix.SizeofInet6Pktinfo))
 		}
 	}
 	if l.gro {

@@ -112,7 +112,7 @@ func (l *Link) rebuild(i int, slot []byte, n int, seg uint16) ([]byte, bool) {
 		clear(f[:12])
 		binary.BigEndian.PutUint16(f[12:], 0x0800)
 		ip := f[14:34]
-		ip[0], ip[1] = 0x45, 0
+		ip[0], ip[1] = 0x45, l.receivedTOS(i)
 		binary.BigEndian.PutUint16(ip[2:], uint16(28+n))
 		binary.BigEndian.PutUint32(ip[4:], 0x00004000) // ID 0, DF
 		ip[8], ip[9] = 64, unix.IPPROTO_UDP
@@ -137,7 +137,7 @@ func (l *Link) rebuild(i int, slot []byte, n int, seg uint16) ([]byte, bool) {
 	clear(f[:12])
 	binary.BigEndian.PutUint16(f[12:], 0x86dd)
 	ip := f[14:54]
-	binary.BigEndian.PutUint32(ip[0:], 0x60000000)
+	binary.BigEndian.PutUint32(ip[0:], 0x60000000|uint32(l.receivedTOS(i))<<20)
 	binary.BigEndian.PutUint16(ip[4:], uint16(8+n))
 	ip[6], ip[7] = unix.IPPROTO_UDP, 64
 	copy(ip[8:24], src[:])

@@ -98,7 +98,19 @@ func (l *Link) prepare(i int, f []byte) error {
 	if !ft.v4 && !l.v6 {
 		return errFamily
 	}
-	l.address(&l.txNames[i], l.txCtl[i*cmsgRoom:], &ft)
+	ctl := l.txCtl[i*cmsgRoom : (i+1)*cmsgRoom]
+	l.address(&l.txNames[i], ctl, &ft)
+	off := 0
+	if l.pktinfo {
+		off = unix.CmsgSpace(unix.SizeofInet6Pktinfo)
+	}
+	off = putTOS(ctl, off, ft.tos, ft.v4)
+	h := &l.txHdrs[i].Hdr
+	h.Control = nil
+	if off > 0 {
+		h.Control = &ctl[0]
+	}
+	h.SetControllen(off)
 	if len(ft.payload) == 0 {
 		l.txIov[i].Base = nil
 	} else {

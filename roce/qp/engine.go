@@ -69,6 +69,11 @@ const (
 	CtrSACKsSent       // SR_SACK packets sent
 	CtrSACKsRecv       // SR_SACK packets received
 	CtrSRRetransmits   // single packets resent because a SACK or a timer showed them missing
+	// Congestion control (docs/cc.md), named as mlx5's hw_counters.
+	CtrCNPSent    // np_cnp_sent: CNPs sent for CE-marked frames
+	CtrECNMarked  // np_ecn_marked_roce_packets: frames received with ECN CE
+	CtrCNPHandled // rp_cnp_handled: CNPs received and handed to DCQCN
+	CtrCNPIgnored // rp_cnp_ignored: CNPs received without DCQCN on (dropped)
 	numCounters
 )
 
@@ -77,7 +82,8 @@ var counterNames = [...]string{"retransmits", "timeouts", "fast_retransmits", "s
 	"spurious_fast_retransmits", "completer_retries", "retry_exceeded", "rnr_retry_exceeded", "sends_done",
 	"recvs_done", "stale_ctx", "stale_tid", "dup_index", "ooo_completions_sent", "ooo_completions_received",
 	"ooo_protection_errors", "ooo_read_busy", "ooo_work_overflow", "ooo_3p_refused", "out_of_sequence_placed",
-	"sack_sent", "sack_received", "selective_retransmits"}
+	"sack_sent", "sack_received", "selective_retransmits", "np_cnp_sent", "np_ecn_marked_roce_packets",
+	"rp_cnp_handled", "rp_cnp_ignored"}
 
 func (c Counter) String() string { return enumName(counterNames[:], int(c), "Counter") }
 
@@ -118,12 +124,14 @@ func (q *QP) applyCtl() {
 	if target >= RTR && e.state < RTR {
 		q.resp.start(e.attr.RQPSN)
 		q.resp.sr.enable(q.typ == RC && e.attr.SelectiveRepeat)
+		q.ccStart(false)
 	}
 	if target == RTS && e.state < RTS {
 		q.req.start(e.attr.SQPSN)
 		q.comp.start(&e.attr)
 		q.win.start(e.attr.SQPSN, q.window, q.fixedWin)
 		q.win.sr.enable(e.attr.SelectiveRepeat, &q.win)
+		q.ccStart(true)
 	}
 	q.win.setTimeout(timeoutNs(e.attr.Timeout))
 	e.state = target
@@ -188,15 +196,19 @@ func setAddr(p *wire.Packet, av *AddressVector, sport uint16) {
 // Receives; an OOO queue pair sends its completion packets from Receive
 // when out has a buffer free (there is nothing to coalesce).
 func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
+	q.e.now = now // before applyCtl: DCQCN starts its clock there
 	if q.ctlGen.Load() != q.e.ctlSeen {
 		q.applyCtl()
 	}
-	q.e.now = now
 	if q.e.state != RTR && q.e.state != RTS {
 		q.stats.inc(CtrDropped)
 		return
 	}
 	info, ok := p.BTH.Opcode.Info()
+	if ok && info.Kind == wire.KindCNP && q.typ == RC {
+		q.cnpReceived() // cc.go
+		return
+	}
 	if !ok || !transportMatches(q.typ, info.Transport, q.resp.sr.on) {
 		q.stats.inc(CtrDropped)
 		return
@@ -204,6 +216,9 @@ func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
 	if q.typ == OOO {
 		q.oooReceive(p, out)
 		return
+	}
+	if q.typ == RC {
+		q.ccReceive(p) // ECN CE: a CNP is due (cc.go)
 	}
 	if info.Request {
 		q.respond(p, &info)
@@ -233,11 +248,11 @@ func transportMatches(t Type, tr wire.Transport, sr bool) bool {
 // (ns, the clock of now) at which it wants to run again, now itself when it
 // stopped for lack of transmit buffers or budget, or 0 for no deadline.
 func (q *QP) Progress(now int64, out Output) int64 {
+	q.e.now = now // before applyCtl: DCQCN starts its clock there
 	if q.ctlGen.Load() != q.e.ctlSeen {
 		q.applyCtl()
 	}
 	e := &q.e
-	e.now = now
 	switch e.state {
 	case Error:
 		if e.finalNAK && q.sendAck(out) {
@@ -255,7 +270,10 @@ func (q *QP) Progress(now int64, out Output) int64 {
 	if q.typ == OOO {
 		return q.oooProgress(out)
 	}
-	more := !q.respProgress(out)
+	more := !q.sendCNP(out) // cc.go
+	if !q.respProgress(out) {
+		more = true
+	}
 	if e.state == RTS {
 		q.timers()
 		if e.state == RTS && !q.reqProgress(out) {
@@ -277,14 +295,15 @@ func (q *QP) Progress(now int64, out Output) int64 {
 }
 
 // emit encodes e.pkt (n payload bytes already at buf[HeaderLen():]) and
-// commits it.
-func (q *QP) emit(out Output, buf []byte, n int) {
+// commits it. It returns the frame's length (0: it failed to encode).
+func (q *QP) emit(out Output, buf []byte, n int) int {
 	fl, err := q.e.pkt.EncodeInPlace(buf, n)
 	if err != nil {
 		q.stats.inc(CtrEncodeErrors)
-		return
+		return 0
 	}
 	out.TxCommit(buf[:fl])
+	return fl
 }
 
 // fail moves the QP to Error from the engine (IBA 10.3: a QP enters Error

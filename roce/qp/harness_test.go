@@ -95,6 +95,8 @@ type pairOpts struct {
 	maxInline  int
 	txBufs     int  // transmit buffers of each end (0: 512)
 	sr         bool // selective repeat (Attr.SelectiveRepeat) on both ends
+	dcqcn      bool // DCQCN (Attr.DCQCN, frames ECT(0)) on both ends
+	ccParams   DCQCNParams
 }
 
 func (o pairOpts) maxDestRdAtomic() uint8 {
@@ -127,7 +129,8 @@ func newEnd(tb testing.TB, name string, qpn uint32, o pairOpts, last byte) *end 
 	e.pd = e.tbl.AllocPD()
 	e.cq = NewCQ(o.cqDepth)
 	q, err := New(Config{Type: o.typ, PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: o.maxWR,
-		MaxRecvWR: o.maxWR, MaxSGE: 4, QPN: qpn, SendWindow: o.window, MaxInline: o.maxInline, Contexts: pool})
+		MaxRecvWR: o.maxWR, MaxSGE: 4, QPN: qpn, SendWindow: o.window, MaxInline: o.maxInline, Contexts: pool,
+		DCQCN: o.ccParams})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -178,8 +181,13 @@ func connect(tb testing.TB, e, peer *end, o pairOpts, sqPSN, rqPSN uint32) {
 	if o.sr {
 		rtr |= AttrSelectiveRepeat
 	}
-	must(tb, q.Modify(&Attr{State: RTR, AV: avOf(e, peer), PathMTU: o.mtu, DestQPN: peer.q.QPN(), RQPSN: rqPSN,
-		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR, SelectiveRepeat: o.sr}, rtr))
+	av := avOf(e, peer)
+	if o.dcqcn {
+		rtr |= AttrDCQCN
+		av.TOS = ecnECT0
+	}
+	must(tb, q.Modify(&Attr{State: RTR, AV: av, PathMTU: o.mtu, DestQPN: peer.q.QPN(), RQPSN: rqPSN,
+		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR, SelectiveRepeat: o.sr, DCQCN: o.dcqcn}, rtr))
 	must(tb, q.Modify(&Attr{State: RTS, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
 		MaxRdAtomic: o.rdAtomic}, AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxRdAtomic))
 }

@@ -73,6 +73,9 @@ type Config struct {
 	// FixedWindow keeps the send window at SendWindow; by default it halves
 	// on loss and grows back (see the package documentation).
 	FixedWindow bool
+	// DCQCN holds the parameters of DCQCN for an RC queue pair connected
+	// with Attr.DCQCN (zero fields: DefaultDCQCN; docs/cc.md).
+	DCQCN DCQCNParams
 	// Contexts is the device's OOO context pool (Type OOO only, required).
 	Contexts *ContextPool
 	// SRQ: the queue pair receives on this shared receive queue (RC and UD;
@@ -94,6 +97,7 @@ type QP struct {
 	maxInline int
 	window    uint32
 	fixedWin  bool
+	dcqcn     DCQCNParams
 
 	// Application side, guarded by mu.
 	mu        sync.Mutex
@@ -122,6 +126,7 @@ type QP struct {
 	comp completer
 	resp responder
 	win  sendWindow // RC: the requester's window, its timers, loss recovery
+	np   notifier   // RC with DCQCN: the CNPs due (cc.go)
 	ooo  *oooEngine // OOO only
 	// The regions the data path last touched (mr.Cache): the packets of a
 	// message name one key, so most skip the table's lock and map.
@@ -187,6 +192,9 @@ func New(cfg Config) (*QP, error) {
 	if err := def(&cfg.SendWindow, DefaultSendWindow, 1<<22, "SendWindow"); err != nil {
 		return nil, err
 	}
+	if err := cfg.DCQCN.check(); err != nil {
+		return nil, fmt.Errorf("qp: new: %w", err)
+	}
 	if cfg.SRQ != nil {
 		if cfg.Type != RC && cfg.Type != UD {
 			return nil, fmt.Errorf("qp: new: a %v queue pair on a shared receive queue", cfg.Type)
@@ -206,6 +214,7 @@ func New(cfg Config) (*QP, error) {
 		typ: cfg.Type, qpn: cfg.QPN, pd: cfg.PD, tbl: cfg.Table, scq: cfg.SendCQ, rcq: cfg.RecvCQ,
 		maxSendWR: cfg.MaxSendWR, maxRecvWR: cfg.MaxRecvWR, maxSGE: cfg.MaxSGE,
 		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow), fixedWin: cfg.FixedWindow,
+		dcqcn: cfg.DCQCN,
 		state: Reset,
 	}
 	if cfg.Type == OOO {
@@ -434,6 +443,9 @@ func applyAttr(dst, a *Attr, m AttrMask) {
 	}
 	if m&AttrSelectiveRepeat != 0 {
 		dst.SelectiveRepeat = a.SelectiveRepeat
+	}
+	if m&AttrDCQCN != 0 {
+		dst.DCQCN = a.DCQCN
 	}
 }
 

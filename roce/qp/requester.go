@@ -20,6 +20,7 @@ type requester struct {
 	psn         uint32 // PSN of the next packet
 	rdAtomic    int    // READ/atomic WQEs started and not retired
 	sinceAckReq uint32 // packets since the last AckReq
+	size        int    // bytes of the last frame sent (the pacer's charge)
 
 	// scratch of the current step
 	buf []byte
@@ -107,7 +108,7 @@ func (q *QP) reqProgress(out Output) bool {
 		switch act {
 		case reqActTransmit:
 			budget--
-			q.emit(out, r.buf, r.n)
+			r.size = q.emit(out, r.buf, r.n)
 			q.reqAdvance()
 		case reqActError:
 			r.w.done, r.w.status = true, status
@@ -340,7 +341,7 @@ func (q *QP) reqAdvance() {
 			}
 		}
 	}
-	if q.typ == RC && q.win.sent(psn, r.psn, q.e.pkt.BTH.AckReq, q.e.now) {
+	if q.typ == RC && q.win.sent(psn, r.psn, q.e.pkt.BTH.AckReq, r.size, q.e.now) {
 		q.stats.inc(CtrRetransmits)
 	}
 }

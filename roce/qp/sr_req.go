@@ -63,8 +63,8 @@ func (q *QP) srResend(out Output, budget *int) bool {
 	r := &q.req
 	for {
 		psn, ok := q.win.sr.nextHole(q.win.unacked())
-		if !ok {
-			return true
+		if !ok || !q.win.pace.allow(q.e.now) {
+			return true // nothing missing, or paced: the requester waits too (canSend)
 		}
 		if *budget == 0 {
 			return false
@@ -90,11 +90,11 @@ func (q *QP) srResend(out Output, budget *int) bool {
 		}
 		q.e.pkt.BTH.AckReq = true
 		*budget--
-		q.emit(out, r.buf, r.n)
+		size := q.emit(out, r.buf, r.n)
 		// Reported without AckReq: the fast timer stays on the newest
 		// packet that asked (an ACK of this resend must not turn it off
 		// while later packets may be lost), and no RTT sample (Karn).
-		q.win.sent(psn, wire.PSNAdd(psn, 1), false, q.e.now)
+		q.win.sent(psn, wire.PSNAdd(psn, 1), false, size, q.e.now)
 		q.stats.inc(CtrRetransmits)
 		q.stats.inc(CtrSRRetransmits)
 		q.win.sr.markResent(psn, q.win.max)

@@ -27,7 +27,7 @@ func transitionFor(t Type, cur, next State) (transition, bool) {
 		switch t {
 		case RC:
 			return transition{req: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer,
-				opt: AttrAccessFlags | AttrSelectiveRepeat}, true
+				opt: AttrAccessFlags | AttrSelectiveRepeat | AttrDCQCN}, true
 		case UC:
 			return transition{req: AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN, opt: AttrAccessFlags}, true
 		}

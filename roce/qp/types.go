@@ -64,11 +64,15 @@ const (
 	// AttrSelectiveRepeat: RC only, at INIT→RTR. Set only when both ends
 	// agreed on it (docs/sr-wire.md): a standard peer drops SR_SACK.
 	AttrSelectiveRepeat
+	// AttrDCQCN: RC only, at INIT→RTR. Set only when both ends agreed on
+	// it (docs/cc.md): the queue pair answers CE-marked frames with CNPs
+	// and paces its requests by DCQCN.
+	AttrDCQCN
 )
 
 var attrNames = [...]string{"STATE", "ACCESS_FLAGS", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT",
 	"RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN",
-	"SELECTIVE_REPEAT"}
+	"SELECTIVE_REPEAT", "DCQCN"}
 
 func (m AttrMask) String() string {
 	if m == 0 {
@@ -128,6 +132,11 @@ type Attr struct {
 	// and answers with SR_SACK, the requester resends only what is missing
 	// (docs/sr-wire.md). False: go-back-N, byte for byte as rxe.
 	SelectiveRepeat bool
+	// DCQCN (AttrDCQCN): congestion control with the peer (docs/cc.md):
+	// CNPs for CE-marked frames, the requester paced by DCQCN. The ECN
+	// bits of the frames sent are AV.TOS's: the caller sets ECT(0) there.
+	// False: no CNP is sent, CNPs received are counted and ignored.
+	DCQCN bool
 }
 
 // enumName returns names[i], or "Name(i)" out of range.

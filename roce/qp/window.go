@@ -14,14 +14,13 @@ import "github.com/xdproce/xdproce/roce/wire"
 // window's verdicts into its action (resend from unacked, complete in
 // error); the window never touches the send queue or the requester.
 //
-// Extension points (issue 16/20: selective repeat, DCQCN rate pacing):
-//   - A rate pacer sits behind canSend and wake: canSend also refuses a
-//     packet the pacer's rate does not allow yet, wake returns the pacer's
-//     next release time (the device runs Progress then), sent charges the
-//     pacer (it then also takes the frame's length, which reqAdvance
-//     knows), and a CNP handler (a method beside rnr) lowers its rate. The
-//     requester's packet building stays as it is: it already stops at
-//     reqWait when canSend says no.
+// Extensions (issue 16/20: selective repeat, DCQCN rate pacing):
+//   - DCQCN's rate pacer (pacer.go, cc_dcqcn.go, docs/cc.md) sits behind
+//     canSend and wake: canSend also refuses a packet the pacer's rate does
+//     not allow yet, wake returns the pacer's next release time (the device
+//     runs Progress then), sent charges the pacer with the frame's length,
+//     and cnp, beside rnr, hands it a CNP. The requester's packet building
+//     stays as it is: it stops at reqWait when canSend says no.
 //   - Selective repeat (window_sr.go, docs/sr-wire.md) is in: with
 //     Attr.SelectiveRepeat the window keeps a scoreboard (sr) of the PSNs
 //     the responder holds, fed by the completer's SR_SACKs and its timers,
@@ -91,7 +90,8 @@ type sendWindow struct {
 	undoRecovering bool
 	undoRecoverPSN uint32
 
-	sr srBoard // selective repeat (window_sr.go); off: go-back-N
+	sr   srBoard // selective repeat (window_sr.go); off: go-back-N
+	pace pacer   // DCQCN's rate limiter (pacer.go); off: no pacing
 }
 
 const (
@@ -143,8 +143,8 @@ func (w *sendWindow) outstanding() bool { return w.anySent && wire.PSNBefore(w.u
 // wasSent reports whether psn was sent (it is before the highest PSN sent).
 func (w *sendWindow) wasSent(psn uint32) bool { return w.anySent && wire.PSNBefore(psn, w.max) }
 
-// canSend reports whether the packet at psn may go out now: no RNR wait
-// and fewer than cwnd PSNs in flight before it.
+// canSend reports whether the packet at psn may go out now: no RNR wait,
+// fewer than cwnd PSNs in flight before it, and the pacer's rate allows it.
 func (w *sendWindow) canSend(psn uint32, now int64) bool {
 	if w.rnrUntil != 0 {
 		if now < w.rnrUntil {
@@ -152,7 +152,7 @@ func (w *sendWindow) canSend(psn uint32, now int64) bool {
 		}
 		w.rnrUntil = 0
 	}
-	return uint32(wire.PSNDiff(psn, w.una)) < w.cwnd
+	return uint32(wire.PSNDiff(psn, w.una)) < w.cwnd && w.pace.allow(now)
 }
 
 // wantAckReq reports whether the packet at psn, since packets after the
@@ -169,13 +169,14 @@ func (w *sendWindow) wantAckReq(psn, since uint32) bool {
 }
 
 // sent notes the packet at psn, next being the PSN after it (a READ request
-// covers its responses' PSNs), sent at now, with AckReq if ackReq. It
-// reports whether the packet was sent before (a retransmission). It starts
-// an RTT sample (never on a resent packet, Karn, except the first after a
-// NAK), arms the fast retransmission timer on AckReq and the local ACK
-// timer if it is off.
-func (w *sendWindow) sent(psn, next uint32, ackReq bool, now int64) (resent bool) {
+// covers its responses' PSNs), a frame of size bytes sent at now, with
+// AckReq if ackReq. It reports whether the packet was sent before (a
+// retransmission). It charges the pacer, starts an RTT sample (never on a
+// resent packet, Karn, except the first after a NAK), arms the fast
+// retransmission timer on AckReq and the local ACK timer if it is off.
+func (w *sendWindow) sent(psn, next uint32, ackReq bool, size int, now int64) (resent bool) {
 	resent = w.wasSent(psn)
+	w.pace.charge(size, now)
 	if ackReq {
 		if (!resent || w.sampleResent) && !w.sampling {
 			w.sampling, w.sampPSN, w.sampAt = true, psn, now
@@ -333,17 +334,21 @@ func (w *sendWindow) expired(now int64) (fast, timeout bool) {
 func (w *sendWindow) stop() { w.deadline, w.fastDeadline = 0, 0 }
 
 // wake is the earliest time the window wants the engine to run (0: none):
-// a timer or the end of an RNR wait.
+// a timer, the end of an RNR wait, or the pacer's release time.
 func (w *sendWindow) wake() int64 {
 	d := w.deadline
-	if f := w.fastDeadline; f != 0 && (d == 0 || f < d) {
-		d = f
-	}
-	if r := w.rnrUntil; r != 0 && (d == 0 || r < d) {
-		d = r
+	for _, t := range [...]int64{w.fastDeadline, w.rnrUntil, w.pace.release()} {
+		if t != 0 && (d == 0 || t < d) {
+			d = t
+		}
 	}
 	return d
 }
+
+// cnp hands the pacer a CNP received at now; it reports whether the rate
+// was cut (false: DCQCN is off, or a cut was made within its reduce
+// period).
+func (w *sendWindow) cnp(now int64) bool { return w.pace.on && w.pace.cnp(now) }
 
 func (w *sendWindow) armTimer(now int64) {
 	if w.timeout != 0 {

@@ -67,7 +67,7 @@ func TestSRWindow(t *testing.T) {
 			max := uint32(100)
 			send := func(n uint32) {
 				for range n {
-					w.sent(max, max+1, false, 1000)
+					w.sent(max, max+1, false, 0, 1000)
 					max++
 				}
 			}
@@ -106,7 +106,7 @@ func TestSRWindowOff(t *testing.T) {
 	var w sendWindow
 	w.start(100, 1024, true)
 	w.sr.enable(false, &w)
-	w.sent(100, 101, true, 1)
+	w.sent(100, 101, true, 0, 1)
 	w.sr.sack(100, sackBits(1), 100, 101)
 	if _, ok := w.sr.nextHole(100); ok || w.limit != 1024 {
 		t.Fatalf("go-back-N window: a hole named, or limit %d", w.limit)

@@ -48,7 +48,7 @@ func (d *winDriver) send(from, to uint32) uint32 {
 		if !d.w.canSend(psn, d.now) {
 			return psn
 		}
-		if d.w.sent(psn, psn+1, psn+1 == to, d.now) {
+		if d.w.sent(psn, psn+1, psn+1 == to, 0, d.now) {
 			d.resent++
 		}
 	}
