@@ -94,7 +94,7 @@ func tryUDP(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 	l, err := openUDP(info, o)
 	if err != nil {
 		if errors.Is(err, unix.EADDRINUSE) && port > 0 {
-			if h := udpHolder(nil, port); h != nil {
+			if h := udpHolder(info.index, nil, port); h != nil {
 				return nil, nil, &HeldError{Holder: *h}
 			}
 		}
@@ -103,7 +103,7 @@ func tryUDP(info *ifaceInfo, o *Options) (link.Link, []func() error, error) {
 	if port <= 0 {
 		return l, nil, nil
 	}
-	lk, err := takeLock(udpLockName(port), fmt.Sprintf("UDP port %d", port))
+	lk, err := takeLock(udpLockName(info.index, port), fmt.Sprintf("UDP port %d on %s", port, info.name))
 	if err != nil {
 		// Only a process sharing the bound port (SO_REUSEPORT) can have
 		// the name: the port is open here all the same.

@@ -39,15 +39,18 @@
 //
 // # Links and addresses
 //
-// Open chooses the link: AF_XDP (link/xsk with the XDP steering program of
-// package bpf) when the process is privileged and the interface supports it,
-// otherwise kernel UDP sockets (link/udp); Device.LinkName and
-// Device.LinkReason say which and why. Under AF_XDP there is one socket per
+// Open chooses the link (LinkAuto, LinkFacts.Choose): AF_XDP (link/xsk with
+// the XDP steering program of package bpf) on a NIC with zero-copy AF_XDP
+// when the process is privileged, otherwise kernel UDP sockets (link/udp)
+// with GSO/GRO, which on veth and other virtual devices move a batch of
+// frames per skb where copy-mode AF_XDP pays one per frame; Device.LinkName
+// and Device.LinkReason say which and why. Under AF_XDP there is one socket per
 // rx queue (the steering program redirects a frame to the socket of the queue
 // it arrived on); one engine serves them all through one link
 // (xsk.MultiQueue), which receives from each in turn and sends through the
-// first. Over UDP, Open binds port 4791 (Options.UDPPort) on all addresses of
-// the namespace, so one such device per namespace and port. One process at a
+// first. Over UDP, Open binds port 4791 (Options.UDPPort) on all addresses,
+// with the socket bound to the interface (SO_BINDTODEVICE): one such device
+// per interface and port. One process at a
 // time receives RoCE on an interface: when another holds it (its XDP program
 // would take the frames, or it has UDP port 4791 there), Open fails at once
 // with a *HeldError naming the process and what it holds, instead of opening

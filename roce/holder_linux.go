@@ -6,7 +6,8 @@ package roce
 // keeps. A second process that opened anyway would send but never receive.
 //
 // An xdproce process announces what it holds through an abstract unix socket
-// ("xdproce/xdp/IFINDEX" for the XDP hook, "xdproce/udp/PORT" for the port).
+// ("xdproce/xdp/IFINDEX" for the XDP hook, "xdproce/udp/IFINDEX/PORT" for the
+// port on the interface: link/udp binds its socket to the interface).
 // Binding that name is the lock, so two processes starting at once cannot
 // both pass the check; the abstract namespace belongs to the network
 // namespace, which is the scope of an ifindex and a port; the name goes away
@@ -16,12 +17,10 @@ package roce
 // SO_PEERCRED and what it holds from the one line the holder writes.
 // Holders that are not xdproce (another XDP program, another UDP socket) are
 // found through /proc, as far as this process may read other processes'
-// file descriptors.
+// file descriptors; UDP sockets through sock_diag, which says the interface
+// a socket is bound to.
 
 import (
-	"bufio"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +43,9 @@ import (
 const holdQueryTimeout = time.Second
 
 func xdpLockName(ifindex int) string { return "@xdproce/xdp/" + strconv.Itoa(ifindex) }
-func udpLockName(port int) string    { return "@xdproce/udp/" + strconv.Itoa(port) }
+func udpLockName(ifindex, port int) string {
+	return "@xdproce/udp/" + strconv.Itoa(ifindex) + "/" + strconv.Itoa(port)
+}
 
 // holdLock is a claimed abstract socket name; it answers every connection
 // with what this process holds.
@@ -134,7 +135,7 @@ func xskHolder(info *ifaceInfo, ownLock bool) *Holder {
 	if h := xdpHolder(info.index); h != nil {
 		return h
 	}
-	return udpHolder(info.addrs, udpPortDefault)
+	return udpHolder(info.index, info.addrs, udpPortDefault)
 }
 
 // udpPortDefault is the RoCEv2 port, the one the steering program steers.
@@ -171,77 +172,61 @@ func xdpHolder(ifindex int) *Holder {
 	return h
 }
 
-// udpHolder reports the process bound to the UDP port on one of addrs or
-// on the unspecified address (any address when addrs is empty), nil when
-// none is.
-func udpHolder(addrs []netip.Addr, port int) *Holder {
-	// thread-self: /proc/net shows the main thread's namespace, which need not
-	// be this thread's (Open runs in the interface's namespace).
-	for _, file := range []string{"/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"} {
-		s, ok := findUDPSocket(file, addrs, port)
-		if !ok {
-			continue
-		}
-		holds := fmt.Sprintf("UDP port %d on %s", port, s.addr)
-		if h := queryLock(udpLockName(port)); h != nil {
+// udpHolder reports the process bound to the UDP port where it takes frames
+// that arrive on the interface ifindex: on one of addrs or the unspecified
+// address (any address when addrs is empty), with the socket bound to that
+// interface or to none (sockets bound to other interfaces do not compete).
+// Nil when none is.
+func udpHolder(ifindex int, addrs []netip.Addr, port int) *Holder {
+	s, ok := findUDPSocket(ifindex, addrs, port)
+	if !ok {
+		return nil
+	}
+	holds := fmt.Sprintf("UDP port %d on %s", port, s.addr)
+	if s.ifindex == ifindex { // an xdproce device's socket is bound to its interface
+		if h := queryLock(udpLockName(ifindex, port)); h != nil {
 			h.Holds = holds
 			return h
 		}
-		h := &Holder{Holds: holds}
-		target := "socket:[" + strconv.FormatUint(s.inode, 10) + "]"
-		if pid := fdOwner(func(t string) bool { return t == target }, nil); pid > 0 {
-			h.PID, h.Command = pid, commandLine(pid)
-		} else if s.uid == 0 && os.Geteuid() == 0 {
-			h.Command = "no process: a kernel socket (rdma_rxe?)"
-		} else {
-			h.Command = "uid " + strconv.FormatUint(uint64(s.uid), 10)
-		}
-		return h
 	}
-	return nil
+	h := &Holder{Holds: holds}
+	target := "socket:[" + strconv.FormatUint(uint64(s.inode), 10) + "]"
+	if pid := fdOwner(func(t string) bool { return t == target }, nil); pid > 0 {
+		h.PID, h.Command = pid, commandLine(pid)
+	} else if s.uid == 0 && os.Geteuid() == 0 {
+		h.Command = "no process: a kernel socket (rdma_rxe?)"
+	} else {
+		h.Command = "uid " + strconv.FormatUint(uint64(s.uid), 10)
+	}
+	return h
 }
 
 type udpSocket struct {
-	addr  netip.Addr
-	uid   uint32
-	inode uint64
+	addr    netip.Addr
+	ifindex int // the interface it is bound to, 0 none
+	uid     uint32
+	inode   uint32
 }
 
-// findUDPSocket scans a /proc/net/udp{,6} table for a socket bound to port
-// on one of addrs or the unspecified address.
-func findUDPSocket(file string, addrs []netip.Addr, port int) (udpSocket, bool) {
-	f, err := os.Open(file)
-	if err != nil {
-		return udpSocket{}, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Scan() // header
-	for sc.Scan() {
-		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode ...
-		fld := strings.Fields(sc.Text())
-		if len(fld) < 10 {
-			continue
-		}
-		hexAddr, hexPort, ok := strings.Cut(fld[1], ":")
-		if !ok {
-			continue
-		}
-		p, err1 := strconv.ParseUint(hexPort, 16, 16)
-		raw, err2 := hex.DecodeString(hexAddr)
-		uid, err3 := strconv.ParseUint(fld[7], 10, 32)
-		inode, err4 := strconv.ParseUint(fld[9], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || int(p) != port || len(raw)%4 != 0 {
-			continue
-		}
-		// The kernel prints the address as 32-bit words in host order.
-		for i := 0; i < len(raw); i += 4 {
-			binary.BigEndian.PutUint32(raw[i:], binary.NativeEndian.Uint32(raw[i:]))
-		}
-		a, _ := netip.AddrFromSlice(raw)
-		a = a.Unmap()
-		if a.IsUnspecified() || len(addrs) == 0 || containsAddr(addrs, a) {
-			return udpSocket{addr: a, uid: uint32(uid), inode: inode}, true
+// findUDPSocket asks the kernel (sock_diag, in this thread's network
+// namespace) for a UDP socket bound to port on one of addrs or the
+// unspecified address, and to the interface ifindex or none.
+func findUDPSocket(ifindex int, addrs []netip.Addr, port int) (udpSocket, bool) {
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		socks, _ := netlink.SocketDiagUDP(fam) // a dump cut short still lists sockets
+		for _, s := range socks {
+			dev := int(s.ID.Interface)
+			if int(s.ID.SourcePort) != port || dev != 0 && dev != ifindex {
+				continue
+			}
+			a, ok := netip.AddrFromSlice(s.ID.Source)
+			if !ok {
+				continue
+			}
+			a = a.Unmap()
+			if a.IsUnspecified() || len(addrs) == 0 || containsAddr(addrs, a) {
+				return udpSocket{addr: a, ifindex: dev, uid: s.UID, inode: s.INode}, true
+			}
 		}
 	}
 	return udpSocket{}, false

@@ -7,12 +7,15 @@ type LinkKind int
 
 const (
 	// LinkAuto attaches to the xdproce daemon serving the interface when
-	// there is one, else uses AF_XDP when the process is privileged and the
-	// interface supports it, and kernel UDP sockets otherwise.
+	// there is one, else uses the fastest link the interface and the
+	// process allow (LinkFacts.Choose): kernel UDP sockets with GSO/GRO on
+	// veth and other virtual devices and on NICs without zero-copy AF_XDP,
+	// AF_XDP on a NIC with zero-copy AF_XDP.
 	LinkAuto LinkKind = iota
 	// LinkXSK requires AF_XDP (link/xsk with the XDP steering program).
 	LinkXSK
-	// LinkUDP uses kernel UDP sockets on port 4791 (link/udp); no privileges.
+	// LinkUDP uses kernel UDP sockets on port 4791 (link/udp), bound to the
+	// interface; no privileges.
 	LinkUDP
 	// LinkDaemon attaches to the xdproce daemon serving the interface
 	// (Options.Daemon, else $XDPROCE_DAEMON, else the daemon announced for

@@ -16,6 +16,7 @@ import (
 // steering program openXSK attached to it.
 type ifaceInfo struct {
 	name  string
+	kind  string // the kernel's link type: "veth", "device" (a NIC, loopback), ...
 	index int
 	mtu   int
 	hw    net.HardwareAddr
@@ -31,7 +32,7 @@ func interfaceInfo(h *netlink.Handle, ifname string) (*ifaceInfo, error) {
 		return nil, fmt.Errorf("interface %q: %w", ifname, err)
 	}
 	a := l.Attrs()
-	info := &ifaceInfo{name: a.Name, index: a.Index, mtu: a.MTU, hw: a.HardwareAddr, up: linkUp(a)}
+	info := &ifaceInfo{name: a.Name, kind: l.Type(), index: a.Index, mtu: a.MTU, hw: a.HardwareAddr, up: linkUp(a)}
 	if info.addrs, err = linkAddrs(h, l); err != nil {
 		return nil, fmt.Errorf("interface %q: %w", ifname, err)
 	}

@@ -16,9 +16,9 @@ import (
 // Open makes a Device on the network interface ifname: the GID table from its
 // addresses, the path MTU from its MTU, and the link chosen by opts.Link
 // (LinkAuto: the xdproce daemon serving the interface when there is one,
-// else AF_XDP when the process has the capabilities and the interface takes
-// the XDP program and sockets, else kernel UDP sockets; LinkName and
-// LinkReason say which and why). Call it in the network namespace of the
+// else the link LinkFacts.Choose picks for the interface: UDP with GSO on
+// veth and other virtual devices, AF_XDP on a NIC with zero-copy AF_XDP;
+// LinkName and LinkReason say which and why). Call it in the network namespace of the
 // interface (sockets and the netlink handle used for neighbour lookups stay
 // bound to it); with LinkDaemon and a daemon socket path, ifname need not
 // exist in this namespace. The device follows the interface until it
@@ -88,9 +88,10 @@ func Open(ifname string, opts *Options) (*Device, error) {
 }
 
 // claimLink opens the link o.Link selects on the interface: AF_XDP, UDP,
-// or for LinkAuto AF_XDP when privileged and possible, else UDP (never UDP
-// on an interface another process holds: it would not receive). reason
-// says why.
+// or for LinkAuto the one LinkFacts.Choose picks from the probed facts;
+// when that is AF_XDP and it fails for another reason than a holder, UDP,
+// saying why (never UDP on an interface another process holds: it would not
+// receive). reason says what was chosen and why.
 func claimLink(info *ifaceInfo, o *Options) (l link.Link, cleanup []func() error, reason string, err error) {
 	switch o.Link {
 	case LinkUDP:
@@ -100,14 +101,12 @@ func claimLink(info *ifaceInfo, o *Options) (l link.Link, cleanup []func() error
 		reason = "AF_XDP requested"
 		l, cleanup, err = claimXSK(info, o)
 	case LinkAuto:
-		if ok, why := Privileged(); !ok {
-			reason = "AF_XDP not tried: " + why
-		} else {
+		var kind LinkKind
+		kind, reason = probeFacts(info).Choose()
+		if kind == LinkXSK {
 			l, cleanup, err = claimXSK(info, o)
-			if err == nil {
-				reason = "AF_XDP available"
-			} else {
-				reason = "AF_XDP unavailable: " + err.Error()
+			if err != nil && !errors.Is(err, ErrHeld) {
+				reason += "; AF_XDP failed (" + err.Error() + "): UDP"
 			}
 		}
 		if l == nil && !errors.Is(err, ErrHeld) {
@@ -150,14 +149,16 @@ func openDaemonFor(ifname string, info *ifaceInfo, h *netlink.Handle, o *Options
 	return d, true, err
 }
 
-// openUDP opens link/udp on all addresses (dual-stack) for the interface's
-// MTU.
+// openUDP opens link/udp for the interface's MTU on all its addresses
+// (dual-stack) and only its: the socket is bound to the device
+// (SO_BINDTODEVICE), so processes on two interfaces of one namespace each
+// have port 4791 on theirs.
 func openUDP(info *ifaceInfo, o *Options) (link.Link, error) {
 	mtu := info.mtu
 	if mtu > udp.MaxAutoMTU {
 		mtu = udp.MaxAutoMTU
 	}
-	l, err := udp.Open(udp.Config{Port: o.UDPPort, MTU: mtu})
+	l, err := udp.Open(udp.Config{Port: o.UDPPort, MTU: mtu, Device: info.name})
 	if err != nil {
 		return nil, err
 	}

@@ -15,3 +15,8 @@ func Open(ifname string, opts *Options) (*Device, error) {
 
 // Privileged reports false: AF_XDP is Linux only.
 func Privileged() (bool, string) { return false, "AF_XDP needs Linux" }
+
+// ProbeLinkFacts is only available on Linux.
+func ProbeLinkFacts(ifname string) (LinkFacts, error) {
+	return LinkFacts{}, fmt.Errorf("probe %s: %w", ifname, link.ErrNotSupported)
+}

@@ -44,7 +44,7 @@ type Uplink struct {
 // OpenUplink claims the interface ifname for a daemon listening on socket:
 // it announces socket as the interface's daemon (ErrHeld when another
 // daemon serves it), then opens the link opts.Link selects (LinkAuto:
-// AF_XDP when privileged and possible, else UDP; LinkDaemon is refused).
+// the same rule as Open's, LinkFacts.Choose; LinkDaemon is refused).
 func OpenUplink(ifname, socket string, opts *Options) (*Uplink, error) {
 	var o Options
 	if opts != nil {

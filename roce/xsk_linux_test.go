@@ -93,14 +93,21 @@ func TestPrivilegedXSKMixedUDP(t *testing.T) {
 	t.Logf("b %+v", b.Stats())
 }
 
-// TestPrivilegedOpenAuto: as root, LinkAuto picks AF_XDP and says so; the
-// GID table follows rxe's order.
+// TestPrivilegedOpenAuto: as root on veth, LinkAuto picks UDP (GSO/GRO) and
+// says why, as LinkFacts.Choose does on the probed facts; the GID table
+// follows rxe's order.
 func TestPrivilegedOpenAuto(t *testing.T) {
 	netlab.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
 	d := openIn(t, topo.A, roce.Options{})
-	if !strings.HasPrefix(d.LinkName(), "AF_XDP") {
-		t.Fatalf("auto chose %q: %s", d.LinkName(), d.LinkReason())
+	var f roce.LinkFacts
+	if err := topo.A.NS.Do(func() (err error) { f, err = roce.ProbeLinkFacts(topo.A.Name); return err }); err != nil {
+		t.Fatal(err)
+	}
+	kind, why := f.Choose()
+	if d.LinkName() != "UDP" || kind != roce.LinkUDP || d.LinkReason() != why ||
+		!strings.Contains(why, "virtual device veth") || !f.Privileged || f.ZeroCopy || !f.GSO || !f.Virtual || f.Kind != "veth" {
+		t.Fatalf("auto chose %q (%s); the rule on %+v: %v (%s)", d.LinkName(), d.LinkReason(), f, kind, why)
 	}
 	t.Logf("link %s: %s", d.LinkName(), d.LinkReason())
 	gids := d.GIDs()

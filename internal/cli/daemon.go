@@ -59,7 +59,7 @@ func setupDaemon(fs *flag.FlagSet, env *Env) func(context.Context, []string) err
 	fs.StringVar(&cfg.Socket, "socket", "", "unix socket `PATH` clients attach to (default /run/xdproce/daemon-IF-NETNS.sock)")
 	fs.StringVar(&mode, "mode", "0660", "permission `bits` of the socket")
 	fs.StringVar(&cfg.Group, "group", "", "`group` (name or number) owning the socket")
-	fs.Var(&lk, "link", "the interface's frame `path`: auto (AF_XDP when privileged, else kernel UDP), xsk or udp")
+	fs.Var(&lk, "link", "the interface's frame `path`: auto (the fastest link there, as for the other commands: 'xdproce info' says which and why), xsk or udp")
 	fs.IntVar(&cfg.QPNs, "qpns", daemon.DefaultQPNs, "queue pair numbers per client (a power of two; also its limit on queue pairs)")
 	fs.IntVar(&cfg.MaxClients, "max-clients", daemon.DefaultMaxClients, "clients served at once")
 	fs.IntVar(&cfg.MaxMRs, "max-mrs", 0, "memory regions per client (0: the library's default)")

@@ -147,7 +147,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
 	if needDev {
 		fs.StringVar(&d.dev, "dev", "", "network `interface` to run RoCEv2 on (required)")
 	}
-	fs.Var(&d.link, "link", "frame `path`: auto (the xdproce daemon serving the interface, else AF_XDP when privileged, else kernel UDP), xsk (AF_XDP only), udp or daemon")
+	fs.Var(&d.link, "link", "frame `path`: auto (the xdproce daemon serving the interface, else the fastest link there: kernel UDP with GSO on veth and NICs without zero-copy AF_XDP, AF_XDP on a NIC with zero-copy AF_XDP; 'xdproce info' says which and why), xsk (AF_XDP only), udp or daemon")
 	fs.StringVar(&d.daemon, "daemon", "", "attach to the xdproce daemon listening on `PATH` (default $XDPROCE_DAEMON, else the one serving --dev)")
 	fs.StringVar(&d.capture, "capture", "", "write every RoCE frame sent and received to `FILE` (pcapng; read it with 'xdproce dump' or Wireshark)")
 	fs.Var(&d.busyPoll, "busy-poll", "poll the link instead of sleeping: 0 (never: sleep when idle, the default), auto (spin briefly after sending, tuned from recent round trips, and while frames flow) or a `DURATION` after the last activity (e.g. 50us)")

@@ -42,6 +42,11 @@ rings, a generic one turns off LRO and hardware GRO for good). When another
 process holds the interface (an xdproce, another XDP program, or a socket on
 UDP port 4791 there), info names it, its PID, command and program, instead.
 
+"--link auto" says which link a command picks there by default (unless an
+xdproce daemon serves the interface) and why: UDP with GSO/GRO on veth and
+other virtual devices and on NICs without zero-copy AF_XDP, AF_XDP on a NIC
+with zero-copy AF_XDP (and where UDP GSO cannot send, when privileged).
+
 JSON FORMAT
   --json prints {"schema": 1, "privileged": BOOL, "privilege_note": STR,
   "af_xdp_kernel": BOOL, "af_xdp_kernel_note": STR, "interfaces": [{"name",
@@ -50,7 +55,9 @@ JSON FORMAT
   "daemon": {"pid", "socket", "clients": [{"client", "process",
   "qpn_first", "qpn_last"}], "clients_note"}, "af_xdp": {"available",
   "reason", "holder": {"pid", "command", "holds"}}, "native_xdp":
-  {"available", "reason"}, "device": {...}, "port": {...}}]} (daemon only
+  {"available", "reason"}, "link_auto": {"link", "reason"}, "device": {...},
+  "port": {...}}]} (link_auto: the link --link auto picks there without a
+  daemon, "udp" or "xsk", and why; daemon only
   when an xdproce daemon serves the interface: processes there attach to
   it; holder only when another process holds the interface, pid 0 when it
   is not visible to this one). "device" and "port" are what
@@ -110,9 +117,17 @@ type ifaceInfo struct {
 	Daemon     *daemonInfo `json:"daemon,omitempty"` // the xdproce daemon serving it
 	AFXDP      verdict     `json:"af_xdp"`
 	NativeXDP  verdict     `json:"native_xdp"`
+	LinkAuto   *autoChoice `json:"link_auto,omitempty"` // what --link auto picks without a daemon
 	Device     *devAttr    `json:"device,omitempty"`
 	Port       *portAttr   `json:"port,omitempty"`
 	addrPrefix []netip.Prefix
+}
+
+// autoChoice is the link --link auto picks on the interface and why
+// (roce.LinkFacts.Choose on the probed facts).
+type autoChoice struct {
+	Link   string `json:"link"`
+	Reason string `json:"reason"`
 }
 
 type gidEntry struct {
@@ -207,7 +222,6 @@ func describeIface(ifi net.Interface, rep *infoReport) *ifaceInfo {
 	if n, err := xsk.QueueCount(ifi.Name); err == nil {
 		in.Queues = n
 	}
-	in.Driver = driverName(ifi.Name)
 	if l, err := netlink.LinkByIndex(ifi.Index); err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.Attached {
 		in.XDPProg = l.Attrs().Xdp.ProgId
 	}
@@ -219,6 +233,11 @@ func describeIface(ifi net.Interface, rep *infoReport) *ifaceInfo {
 		in.AFXDP.Reason = "not an Ethernet interface"
 	default:
 		in.AFXDP = probeAFXDP(ifi.Name, in.Up, rep)
+	}
+	if f, err := roce.ProbeLinkFacts(ifi.Name); err == nil {
+		in.Driver = f.Driver
+		k, why := f.Choose()
+		in.LinkAuto = &autoChoice{Link: k.String(), Reason: why}
 	}
 	switch {
 	case in.Loopback || len(ifi.HardwareAddr) != 6:
@@ -316,6 +335,9 @@ func printInfo(w io.Writer, rep *infoReport) {
 		printDaemon(w, in.Daemon)
 		fmt.Fprintf(w, "  AF_XDP: %s\n", yesNo(in.AFXDP))
 		fmt.Fprintf(w, "  native XDP: %s\n", yesNo(in.NativeXDP))
+		if in.LinkAuto != nil {
+			fmt.Fprintf(w, "  --link auto: %s (%s)\n", in.LinkAuto.Link, in.LinkAuto.Reason)
+		}
 		printAttrs(w, in)
 		fmt.Fprintln(w, "  GID table (RoCEv2):")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

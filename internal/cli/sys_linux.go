@@ -18,20 +18,6 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// driverName is the interface's driver as ethtool reports it; "" if unknown.
-func driverName(ifname string) string {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return ""
-	}
-	defer unix.Close(fd)
-	di, err := unix.IoctlGetEthtoolDrvinfo(fd, ifname)
-	if err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(di.Driver[:])
-}
-
 // probeAFXDPSocket opens (and closes) an AF_XDP socket.
 func probeAFXDPSocket() (bool, string) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)

@@ -11,9 +11,6 @@ import (
 // isTerminal reports false outside Linux (no progress bars there).
 func isTerminal(w io.Writer) bool { return false }
 
-// driverName is unknown outside Linux (no ethtool).
-func driverName(ifname string) string { return "" }
-
 // probeAFXDPSocket reports that AF_XDP is Linux only.
 func probeAFXDPSocket() (bool, string) { return false, "AF_XDP needs Linux, not " + runtime.GOOS }
 

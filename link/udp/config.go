@@ -23,6 +23,11 @@ type Config struct {
 	// Addr is the local address to bind. The zero value or an unspecified
 	// address binds all addresses, IPv4 and IPv6 (dual-stack socket).
 	Addr netip.Addr
+	// Device, when set, binds the socket to that network interface
+	// (SO_BINDTODEVICE): it receives only what arrives there and sends only
+	// through it, so processes on two interfaces of one namespace can each
+	// have the port on all addresses. roce.Open sets it.
+	Device string
 	// Port is the local UDP port: 0 means 4791, -1 any free port (tests).
 	Port int
 	// RemotePort is the port frames are sent to; 0 means the local port.

@@ -124,7 +124,7 @@ func Open(cfg Config) (*Link, error) {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	if err := l.socket(addr, port, cfg.SocketBuffer); err != nil {
+	if err := l.socket(addr, port, cfg.SocketBuffer, cfg.Device); err != nil {
 		l.closeFDs()
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func Open(cfg Config) (*Link, error) {
 	return l, nil
 }
 
-func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
+func (l *Link) socket(addr netip.Addr, port, bufSize int, device string) error {
 	family := unix.AF_INET
 	if l.v6 {
 		family = unix.AF_INET6
@@ -209,6 +209,12 @@ func (l *Link) socket(addr netip.Addr, port, bufSize int) error {
 		}
 		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, b[0], bufSize) != nil {
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, b[1], bufSize)
+		}
+	}
+	if device != "" {
+		// Unprivileged since Linux 5.7, on a socket not yet bound to a device.
+		if err := unix.BindToDevice(fd, device); err != nil {
+			return fmt.Errorf("udp: open: bind to device %s: %w", device, os.NewSyscallError("setsockopt SO_BINDTODEVICE", err))
 		}
 	}
 	var sa unix.Sockaddr
