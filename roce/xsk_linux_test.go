@@ -94,8 +94,8 @@ func TestPrivilegedXSKMixedUDP(t *testing.T) {
 }
 
 // TestPrivilegedOpenAuto: as root on veth, LinkAuto picks UDP (GSO/GRO) and
-// says why, as LinkFacts.Choose does on the probed facts; the GID table
-// follows rxe's order.
+// says why, as LinkFacts.Choose does on the probed facts, and so does a
+// daemon's uplink (OpenUplink); the GID table follows rxe's order.
 func TestPrivilegedOpenAuto(t *testing.T) {
 	netlab.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
@@ -121,6 +121,22 @@ func TestPrivilegedOpenAuto(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("GID table %v lacks %v", gids, topo.A.IPv6)
+	}
+	d.Close()
+
+	// The daemon's uplink follows the same rule.
+	if err := topo.A.NS.Do(func() error {
+		up, err := roce.OpenUplink(topo.A.Name, t.TempDir()+"/d.sock", &roce.Options{})
+		if err != nil {
+			return err
+		}
+		defer up.Close()
+		if up.Link.Props().Name != "UDP" || up.Reason != why {
+			t.Errorf("uplink on %s: %s (%s), want UDP (%s)", topo.A.Name, up.Link.Props().Name, up.Reason, why)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

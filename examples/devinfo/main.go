@@ -5,9 +5,10 @@
 //
 //	go run ./examples/devinfo -dev eth1 [-link auto|xsk|udp]
 //
-// AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW and CAP_BPF (or root); without them
-// -link auto falls back to UDP and says so. Only use an interface you may
-// attach an XDP program to.
+// -link auto picks UDP with GSO on veth and other virtual devices and AF_XDP
+// on a NIC with zero-copy AF_XDP, and says why. AF_XDP needs CAP_NET_ADMIN,
+// CAP_NET_RAW and CAP_BPF (or root); without them -link auto picks UDP and
+// says so. Only use an interface you may attach an XDP program to.
 package main
 
 import (

@@ -18,8 +18,9 @@ var serveCommand = &Command{
 	ShortUsage: "xdproce serve --dev IF (--psk-file FILE | --tls-client-ca FILE | --insecure) [--dir DIR] [--listen ADDR] [--tls [--tls-cert FILE --tls-key FILE | --tls-dir DIR] | --tls-proxy PATH] [--overwrite] [--link auto|xsk|udp|daemon] [--daemon PATH] [--capture FILE]",
 	ShortHelp:  "accept file transfers (send, get) from authenticated peers",
 	LongHelp: `Serve attaches to the interface at start-up (to the xdproce daemon serving
-it when there is one, else AF_XDP with the XDP steering program when
-privileged, else kernel UDP sockets; --link chooses) and accepts
+it when there is one, else the link --link auto picks there, which
+'xdproce info' names: kernel UDP sockets with GSO on veth, AF_XDP with
+the XDP steering program on a NIC with zero-copy AF_XDP; --link chooses) and accepts
 requests from other xdproce processes on a TCP control port (default 18515):
 files sent with 'xdproce send' land as DIR/NAME, and files asked for with
 'xdproce get' are read from DIR. 'xdproce copy' on a third machine uses two
