@@ -37,7 +37,8 @@ type LinkFacts struct {
 //   - Otherwise, GSO available: UDP. On veth and other virtual devices, and
 //     on NICs whose AF_XDP runs in copy mode, the kernel's UDP GSO/GRO moves
 //     a batch of frames per skb where copy-mode AF_XDP pays an skb and a
-//     copy per frame (3× the throughput on veth, measured).
+//     copy per frame (on veth: 3× for the raw links, 1.1–1.25× for bench
+//     write through the engine, docs/status.md).
 //   - No GSO: AF_XDP in copy mode when privileged (one skb per frame either
 //     way, and AF_XDP skips the socket layer), else UDP.
 //
