@@ -122,6 +122,7 @@ func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se 
 // OPCODE" or "client OPCODE" (server: the source address is server).
 func rcSequence(dump, server string) []string {
 	var out []string
+	seen := map[string]bool{}
 	for _, line := range strings.Split(dump, "\n") {
 		f := strings.Fields(line)
 		if len(f) > 3 && (f[2] == "in" || f[2] == "out") { // a pcapng capture's direction column
@@ -133,6 +134,15 @@ func rcSequence(dump, server string) []string {
 		who := "client"
 		if strings.HasPrefix(f[2], server+":") {
 			who = "server"
+		}
+		// A resend (the same direction, queue pair and PSN again: a fast
+		// retransmission when an ACK came late) is not a new request.
+		if i := slices.Index(f, "psn"); i > 0 && i+1 < len(f) && len(f) > 7 {
+			key := who + " " + f[7] + " " + f[i+1]
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
 		}
 		out = append(out, who+" "+f[5])
 	}

@@ -51,11 +51,12 @@ type OOOResult struct {
 	LossEstimate     float64 `json:"loss_estimate"`
 	OpPackets        int     `json:"op_packets,omitempty"`
 	// A put's conditional commit (ooo_commit.go): used, its commits posted
-	// (one per round) and those flushed because an operation of their
-	// round failed.
+	// (one per round), those flushed because an operation of their round
+	// failed, and those reissued because their delivered completion was late.
 	Commit        bool   `json:"commit,omitempty"`
 	CommitsPosted uint64 `json:"commits_posted,omitempty"`
 	CommitFlushes uint64 `json:"commit_flushes,omitempty"`
+	CommitRetries uint64 `json:"commit_retries,omitempty"`
 	Late          uint64 `json:"late_completions"` // stale completions of the attempt just before: timeouts too short
 	RTTMicros     int64  `json:"rtt_us"`           // the smoothed round trip of delivered operations
 	RTTDevMicros  int64  `json:"rtt_dev_us"`
@@ -166,7 +167,7 @@ func writerCounters(res *Result, w *ooo.Writer, q *qpConn, paths uint8) {
 	res.OOO = &OOOResult{Paths: int(max(paths, 1)), Attempts: st.Attempts, Delivered: st.Delivered, Retries: st.Retries,
 		StaleCompletions: st.StaleCompletions, LossEstimate: st.Loss, OpPackets: st.OpPackets, Late: st.Late,
 		RTTMicros: st.RTT.Microseconds(), RTTDevMicros: st.RTTDev.Microseconds(),
-		Commit: res.OOO != nil && res.OOO.Commit, CommitsPosted: st.CommitsPosted, CommitFlushes: st.CommitFlushes}
+		Commit: res.OOO != nil && res.OOO.Commit, CommitsPosted: st.CommitsPosted, CommitFlushes: st.CommitFlushes, CommitRetries: st.CommitRetries}
 	q.oooCounters(res)
 }
 

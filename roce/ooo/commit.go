@@ -248,6 +248,6 @@ func (w *Writer) commitComplete(r *commitRun, wc roce.WC) {
 func (w *Writer) commitDue(r *commitRun, now time.Time) {
 	if r.open() && r.posted && r.sent && !now.Before(r.due) {
 		r.posted = false
-		w.st.Retries++
+		w.st.CommitRetries++ // Attempts counts operations only: so does Retries
 	}
 }

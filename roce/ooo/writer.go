@@ -105,6 +105,7 @@ type Stats struct {
 	Failovers        uint64        // lanes taken out of a call after DownAfter timeouts in a row
 	CommitsPosted    uint64        // conditional commits posted (WriteCommit, StreamCommit; one per round)
 	CommitFlushes    uint64        // commits flushed unsent because an operation of their round failed
+	CommitRetries    uint64        // commits reissued because their delivered completion was late (not in Retries, which counts operations)
 	Loss             float64       // the current estimate of the packet loss rate
 	OpPackets        int           // the current operation size, in packets
 	RTT, RTTDev      time.Duration // the smoothed round trip of delivered attempts and its mean deviation
