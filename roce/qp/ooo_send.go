@@ -291,10 +291,11 @@ func (q *QP) oooRetire(w *sendWQE, st WCStatus) {
 		q.condComponentFailed(w)
 	}
 	w.started = false
+	signal := st != WCSuccess || w.flags&Signaled != 0 // read before the slot is handed back
 	q.ooo.pkt = 0
 	q.comp.head++
 	q.sqDone.Store(q.comp.head) // from here the slot belongs to the poster
-	if st != WCSuccess || w.flags&Signaled != 0 {
+	if signal {
 		q.scq.push(&wc)
 	}
 }
