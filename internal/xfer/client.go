@@ -271,10 +271,11 @@ func putVerdict(ctx context.Context, sum string, final <-chan message) (string, 
 	return sum, nil
 }
 
-// watchFree reads what the server sends during a put: the slots it frees
-// (on free, which starts with every slot) and its verdict (on final); an
-// error message, a bad or unexpected message or the connection's end
-// cancels ctx with the reason.
+// watchFree reads what the peer sends while this side fills slots (the
+// client's put, the server's get): the slots it frees (on free, which
+// starts with every slot) and its verdict (on final); an error message, a
+// bad or unexpected message or the connection's end cancels ctx with the
+// reason.
 func watchFree(c *ctrl, cancel context.CancelCauseFunc, slots int) (free chan int, final chan message) {
 	free = make(chan int, slots)
 	final = make(chan message, 1)

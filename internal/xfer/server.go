@@ -335,34 +335,9 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 	}
 	start := time.Now()
 	defer q.oooCounters(&res)
-	free := make(chan int, slots)
-	final := make(chan message, 1)
-	go func() {
-		for {
-			var m message
-			if err := c.recv(&m); err != nil {
-				cancel(err)
-				return
-			}
-			switch m.Type {
-			case msgFree:
-				if m.Slot < 0 || m.Slot >= slots {
-					cancel(fmt.Errorf("free of slot %d (of %d)", m.Slot, slots))
-					return
-				}
-				free <- m.Slot
-			case msgOK, msgError:
-				final <- m
-				return
-			default:
-				cancel(fmt.Errorf("unexpected %q during the transfer", m.Type))
-				return
-			}
-		}
-	}()
-	for i := range slots {
-		free <- i
-	}
+	// The client's frees and its verdict (an error from it ends the writes
+	// at once).
+	free, final := watchFree(c, cancel, slots)
 	h := sha256.New()
 	var off int64
 	for off < size {
