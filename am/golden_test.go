@@ -6,11 +6,10 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/internal/pcaptest"
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
@@ -55,7 +54,7 @@ func TestGoldenLargeWrite(t *testing.T) {
 	got := l.pcap.Bytes()
 
 	// The conversation, ACKs aside.
-	recs := describeAll(t, got)
+	recs := pcaptest.Describe(t, got)
 	var seq []string
 	for _, r := range recs {
 		if r.BTH.Opcode == wire.RCAck.String() {
@@ -100,24 +99,7 @@ func TestGoldenLargeWrite(t *testing.T) {
 		}
 	}
 
-	if *update {
-		if err := os.WriteFile(goldenPath, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	stored, err := os.ReadFile(goldenPath)
-	if err != nil {
-		t.Fatalf("%v (go test ./am -run Golden -update creates it)", err)
-	}
-	if !bytes.Equal(got, stored) {
-		i := 0
-		for i < len(got) && i < len(stored) && got[i] == stored[i] {
-			i++
-		}
-		t.Fatalf("%s differs from this run's capture at byte %d (got %d B, stored %d B); if intended, go test ./am -run Golden -update",
-			filepath.Base(goldenPath), i, len(got), len(stored))
-	}
+	pcaptest.Golden(t, goldenPath, got, *update, "./am")
 }
 
 func allZero(b []byte) bool {
@@ -145,30 +127,5 @@ func framesOf(t *testing.T, pcap []byte) [][]byte {
 			t.Fatal(err)
 		}
 		out = append(out, append([]byte(nil), f.Data...))
-	}
-}
-
-// describeAll describes every frame as xdproce dump does and checks that
-// each decodes with a good ICRC (dump --verify's test).
-func describeAll(t *testing.T, pcap []byte) []*capture.Record {
-	t.Helper()
-	r, err := capture.NewReader(bytes.NewReader(pcap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []*capture.Record
-	for i := 1; ; i++ {
-		var f capture.Frame
-		if err := r.Next(&f); errors.Is(err, io.EOF) {
-			return recs
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		f.Index = i
-		rec := capture.Describe(&f)
-		if rec.Error != "" || rec.BTH == nil || rec.ICRC == nil || !rec.ICRC.OK {
-			t.Errorf("frame %d does not verify: %s", i, rec)
-		}
-		recs = append(recs, rec)
 	}
 }

@@ -2,15 +2,13 @@ package enlarge
 
 import (
 	"bytes"
-	"errors"
 	"flag"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/internal/pcaptest"
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
@@ -63,47 +61,7 @@ func checkGolden(t *testing.T, l *lab, name string) {
 	}
 	got := l.pcap.Bytes()
 	path := filepath.Join(goldenDir, name+".pcapng")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./enlarge -run Golden -update creates it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		i := 0
-		for i < len(got) && i < len(want) && got[i] == want[i] {
-			i++
-		}
-		t.Fatalf("%s differs from this run's capture at byte %d (got %d B, want %d B); if intended, go test ./enlarge -run Golden -update", path, i, len(got), len(want))
-	}
-}
-
-// dump describes every frame of the capture as xdproce dump does.
-func dump(t *testing.T, pcap []byte) []*capture.Record {
-	t.Helper()
-	r, err := capture.NewReader(bytes.NewReader(pcap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []*capture.Record
-	for i := 0; ; i++ {
-		var f capture.Frame
-		if err := r.Next(&f); errors.Is(err, io.EOF) {
-			return recs
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		f.Index = i + 1
-		rec := capture.Describe(&f)
-		if rec.ICRC == nil || !rec.ICRC.OK {
-			t.Errorf("frame %d: ICRC not verified: %s", i, rec)
-		}
-		recs = append(recs, rec)
-	}
+	pcaptest.Golden(t, path, got, *update, "./enlarge")
 }
 
 func wantDump(t *testing.T, recs []*capture.Record, want ...string) {
@@ -236,7 +194,7 @@ func TestGoldenPromotion512To8K(t *testing.T) {
 		t.Errorf("ack names %#x/%#x, receiver's buffer is %#x/%#x", ack.Addr, ack.RKey, l.b.ch.rx.ring.Addr(), l.b.ch.rx.ring.RKey())
 	}
 	dataChecks(t, fr, next, ack, 5000)
-	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000",
+	wantDump(t, pcaptest.Describe(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000",
 		"ENLARGE_ACK addr=0x", "ENLARGE_CREDIT phase=1 consumed=1")
 }
 
@@ -254,7 +212,7 @@ func TestGoldenThreePhases(t *testing.T) {
 	if ack2.Length != 128<<10 || ack1.Length != 8<<10 {
 		t.Errorf("ack lengths %d, %d", ack1.Length, ack2.Length)
 	}
-	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=1000", "ENLARGE_REQ phase=2 size=20000",
+	wantDump(t, pcaptest.Describe(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=1000", "ENLARGE_REQ phase=2 size=20000",
 		"ENLARGE_ACK addr=0x", "ENLARGE_ACK addr=0x")
 }
 
@@ -295,7 +253,7 @@ func TestGoldenAckTimesOut(t *testing.T) {
 	if reqs != 1 || acks != 1 {
 		t.Errorf("%d requests and %d acks, want 1 and 1", reqs, acks)
 	}
-	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000", "ENLARGE_ACK (incomplete: no tail)")
+	wantDump(t, pcaptest.Describe(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=5000", "ENLARGE_ACK (incomplete: no tail)")
 }
 
 // TestGoldenWholeVector: with Config.WholeVectorLarge a vector of 100 B,
@@ -367,5 +325,5 @@ func TestGoldenWholeVector(t *testing.T) {
 	if len(sizes) != 3 || sizes[0] != 100 || sizes[1] != 600 || sizes[2] != 200 {
 		t.Errorf("data writes of %v B, want [100 600 200]", sizes)
 	}
-	wantDump(t, dump(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=600", "ENLARGE_ACK addr=0x", "ENLARGE_CREDIT phase=1 consumed=1")
+	wantDump(t, pcaptest.Describe(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=600", "ENLARGE_ACK addr=0x", "ENLARGE_CREDIT phase=1 consumed=1")
 }

@@ -1,8 +1,5 @@
 package lmrm
 
-// DescribeAll is describeAll for the package's external tests.
-var DescribeAll = describeAll
-
 // PoolKeys returns pool i's remote address and rkey.
 func (r *Requester) PoolKeys(i int) (addr uint64, rkey uint32) {
 	r.mu.Lock()

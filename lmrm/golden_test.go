@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/internal/pcaptest"
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
@@ -67,7 +64,7 @@ func TestGoldenAlloc(t *testing.T) {
 	got := l.pcap.Bytes()
 
 	var out, in []string
-	for _, r := range describeAll(t, got) {
+	for _, r := range pcaptest.Describe(t, got) {
 		if r.BTH.Opcode == wire.RCAck.String() {
 			continue
 		}
@@ -96,47 +93,5 @@ func TestGoldenAlloc(t *testing.T) {
 		t.Errorf("provider's frames:\n%q\nwant\n%q", in, wantIn)
 	}
 
-	if *update {
-		if err := os.WriteFile(goldenPath, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	stored, err := os.ReadFile(goldenPath)
-	if err != nil {
-		t.Fatalf("%v (go test ./lmrm -run Golden -update creates it)", err)
-	}
-	if !bytes.Equal(got, stored) {
-		i := 0
-		for i < len(got) && i < len(stored) && got[i] == stored[i] {
-			i++
-		}
-		t.Fatalf("%s differs from this run's capture at byte %d (got %d B, stored %d B); if intended, go test ./lmrm -run Golden -update",
-			filepath.Base(goldenPath), i, len(got), len(stored))
-	}
-}
-
-// describeAll describes every frame as xdproce dump does and checks that
-// each decodes with a good ICRC (dump --verify's test).
-func describeAll(t *testing.T, pcap []byte) []*capture.Record {
-	t.Helper()
-	r, err := capture.NewReader(bytes.NewReader(pcap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var recs []*capture.Record
-	for i := 1; ; i++ {
-		var f capture.Frame
-		if err := r.Next(&f); errors.Is(err, io.EOF) {
-			return recs
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		f.Index = i
-		rec := capture.Describe(&f)
-		if rec.Error != "" || rec.BTH == nil || rec.ICRC == nil || !rec.ICRC.OK {
-			t.Errorf("frame %d does not verify: %s", i, rec)
-		}
-		recs = append(recs, rec)
-	}
+	pcaptest.Golden(t, goldenPath, got, *update, "./lmrm")
 }

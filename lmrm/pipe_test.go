@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/capture"
+	"github.com/xdproce/xdproce/internal/pcaptest"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/lmrm"
@@ -138,7 +139,7 @@ func (pr *pair) frames(tb *testing.T) []*capture.Record {
 	if err := pr.cw.Flush(); err != nil {
 		tb.Fatal(err)
 	}
-	return lmrm.DescribeAll(tb, pr.pcap.Bytes())
+	return pcaptest.Describe(tb, pr.pcap.Bytes())
 }
 
 // count counts frames by direction, opcode and the payload's message kind

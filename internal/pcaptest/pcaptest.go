@@ -1,6 +1,7 @@
-// Package pcaptest reads the out-of-band TCP exchanges of the real captures
-// that tests replay (cm/testdata: rxe peers running rdma-core's and
-// perftest's tools).
+// Package pcaptest holds what tests share about captures: the out-of-band
+// TCP exchanges of the real captures they replay (cm/testdata: rxe peers
+// running rdma-core's and perftest's tools), and the golden-file
+// comparison and dump --verify check of the captures they make.
 package pcaptest
 
 import (
