@@ -148,7 +148,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	fs.IntVar(iters, "n", 0, "perftest's -n: same as --iters")
 	qps := fs.Int("qps", 1, "queue pairs, each with its own connection (an xdproce server not given --qps takes the client's)")
 	fs.IntVar(qps, "q", 1, "perftest's -q: same as --qps")
-	port := fs.Int("port", cm.DefaultPort, "TCP `port` of perftest's exchange")
+	port := fs.Int("port", cm.DefaultPort, "TCP `port` of perftest's exchange (with -R its rdma_cm port)")
 	fs.IntVar(port, "p", cm.DefaultPort, "perftest's -p: same as --port")
 	gidx := fs.Int("x", -1, "perftest's -x: local GID `index` (see 'xdproce info'; default: the GID of the TCP connection's local address)")
 	mtu := fs.Int("m", 0, "perftest's -m: path MTU in `bytes`, 256 to 4096 (default: the interface's RoCE path MTU)")
@@ -156,7 +156,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	gbits := fs.Bool("report_gbits", false, "perftest's --report_gbits: with --perftest, bandwidth in Gb/s instead of MB/s")
 	seconds := fs.Int("D", 0, "perftest's -D: run about this many `seconds` (runs growing from 100 messages, then the rest of the time at their rate; xdproce at both ends)")
 	sweep := fs.Bool("a", false, "perftest's -a: every size from 2 B to 8 MiB (powers of two), one run and one row each (xdproce at both ends)")
-	rdmaCM := fs.Bool("R", false, "perftest's -R, connect through RDMA CM (not yet: xdproce has no RDMA CM)")
+	rdmaCM := fs.Bool("R", false, "perftest's -R: connect through the RDMA CM and run the exchange over a control queue pair (write, read, send; one queue pair; nothing agreed)")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	atomicOp := fs.String("atomic-op", "fetch_add", "atomic operation: fetch_add or cmp_swap")
 	atomicType := fs.String("atomic-type", "", "atomic operation by perftest's -A `name`: FETCH_AND_ADD or CMP_AND_SWAP (instead of --atomic-op)")
@@ -173,10 +173,12 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if !ok {
 			return usageErrorf(cmd, "unknown test %q (want write, read, send, atomic or lat)", args[0])
 		}
-		if *rdmaCM {
-			return usageErrorf(cmd, "-R: not yet: RDMA CM (xdproce connects through perftest's TCP exchange, which perftest uses without -R)")
-		}
 		set := explicitFlags(fs, benchParamFlags)
+		if *rdmaCM {
+			if err := checkBenchCM(cmd, args[0], *qps, *sweep, *seconds, *mode); err != nil {
+				return err
+			}
+		}
 		if *sweep {
 			switch {
 			case slices.Contains(set, "size"):
@@ -271,7 +273,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		defer stopMetrics()
 		b := &bench{env: env, dev: dev.Device, test: test, name: args[0], size: n, iters: it, qps: *qps, op: op, set: set,
-			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths}
+			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths, rdmaCM: *rdmaCM}
 		if *mtu != 0 {
 			if m := roce.MTUFromBytes(*mtu); m < b.mtu {
 				b.mtu = m
@@ -285,9 +287,14 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 			}
 		}
 		var res []benchResult
-		if len(args) == 2 {
+		switch {
+		case *rdmaCM && len(args) == 2:
+			res, err = b.clientCM(ctx, args[1], *port, *retry)
+		case *rdmaCM:
+			res, err = b.serverCM(ctx, *port)
+		case len(args) == 2:
 			res, err = b.client(ctx, args[1], *port, *retry)
-		} else {
+		default:
 			res, err = b.server(ctx, *port)
 		}
 		if err != nil {
