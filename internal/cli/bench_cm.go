@@ -56,6 +56,9 @@ func (b *bench) cmPeer(remote netip.Addr) (*toolpeer.Peer, error) {
 		return nil, err
 	}
 	p.PSN = 0 // the CM chooses the PSNs; the key message's is perftest's random one
+	if b.test != cm.ReadBW {
+		p.OutReads = 1 // as perftest announces for tests without READs
+	}
 	for i, g := range b.dev.GIDs() {
 		if cm.GIDFromAddr(g) == p.GID {
 			p.GIDIndex = uint32(i)
