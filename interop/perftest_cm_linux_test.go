@@ -1,0 +1,85 @@
+package interop
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPrivilegedInteropPerftestCM: perftest's rdma_cm mode (-R) against `xdproce bench -R`:
+// ib_write_bw, ib_read_bw and ib_send_bw at 4096 B x 100 and 65536 B x 20 with PMTU 1024,
+// xdproce as server and as client over AF_XDP. The control connection and the test queue pair's both go through the
+// RDMA CM (QP1 MADs), perftest's exchange as SENDs on the control queue pair (issue 19).
+func TestPrivilegedInteropPerftestCM(t *testing.T) {
+	suiteEnabled(t)
+	var note string
+	recordIf(t, true, "perftest -R (all)", "every run", "both", "xsk", &note)
+	needCommand(t, xdproceBin(t), &note, "bench", "write", "-R", "--perftest")
+	needGuest(t) // boots the guest once, before the runs
+	type tc struct {
+		tool, op, bench string
+		size, iters     int
+	}
+	var cases []tc
+	for _, b := range []tc{{"ib_write_bw", "RDMA WRITE", "write", 0, 0}, {"ib_read_bw", "RDMA READ", "read", 0, 0}, {"ib_send_bw", "SEND", "send", 0, 0}} {
+		for _, s := range []struct{ size, iters int }{{4096, 100}, {65536, 20}} {
+			b.size, b.iters = s.size, s.iters
+			cases = append(cases, b)
+		}
+	}
+	for _, c := range cases {
+		size, iters := c.size, c.iters
+		for _, srv := range []bool{true, false} {
+			op := fmt.Sprintf("%s %d B x%d", c.op, size, iters)
+			t.Run(fmt.Sprintf("%s-R/%s/xdproce-%s", c.tool, strings.ReplaceAll(op, " ", "_"), role(srv)), func(t *testing.T) {
+				g := needGuest(t) // again: reboots the guest if the path to it died
+				note := ""
+				record(t, c.tool+" -R", op, role(srv), "xsk", &note)
+				row := perftestRow(size, iters)
+				p := pair{
+					tool:      c.tool,
+					toolArgs:  []string{"-d", "rxe0", "-x", "$XI_GID_INDEX", "-R", "-n", fmt.Sprint(iters), "-s", fmt.Sprint(size), "-m", "1024"},
+					xdArgs:    []string{"bench", c.bench, "-R", "--perftest", "--size", fmt.Sprint(size), "--iters", fmt.Sprint(iters)},
+					needWords: []string{"bench", c.bench, "-R", "--perftest"},
+					xdServer:  srv, link: "xsk", timeout: 120 * time.Second,
+					// xdproce prints its line once it listens on the rdma_cm port; perftest
+					// prints its banner just before rdma_listen (a REQ that comes first is
+					// refused, invalid service ID, and xdproce's client asks again).
+					hostReady: func(t *testing.T, x *hostProc) {
+						waitHost(t, x, "waiting for the client on rdma_cm port", 30*time.Second)
+					},
+					guestReady: func(t *testing.T, j *job) {
+						if out, ok := j.waitOutput(60*time.Second, func(s string) bool { return strings.Contains(s, "Waiting for client") }); !ok {
+							t.Fatalf("%s -R in the guest never waited for a client:\n%s", c.tool, out)
+						}
+					},
+					check: func(t *testing.T, toolOut, xdOut string) {
+						for who, out := range map[string]string{c.tool: toolOut, "xdproce": xdOut} {
+							if !row.MatchString(out) || !strings.Contains(out, "Data ex. method : rdma_cm") {
+								t.Errorf("%s printed no rdma_cm line or no result row for %d B x%d:\n%s", who, size, iters, out)
+							}
+						}
+					},
+				}
+				p.note = &note
+				p.run(t, g)
+			})
+		}
+	}
+}
+
+// waitHost waits until the host program x has printed line, failing t when it exits first or
+// timeout passes.
+func waitHost(t *testing.T, x *hostProc, line string, timeout time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(x.output(), line) {
+			return
+		}
+		if x.finished() {
+			t.Fatalf("xdproce exited before it listened (%v):\n%s", x.err, x.output())
+		}
+	}
+	t.Fatalf("xdproce printed no %q within %v:\n%s", line, timeout, x.output())
+}
