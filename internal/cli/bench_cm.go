@@ -24,6 +24,10 @@ import (
 // handshake; perftest's client retries 10 times 100 ms apart).
 const cmTestRetry = 5 * time.Second
 
+// cmControlWait is how long the client waits for an answer to the control connection's REQ
+// (after --connect-timeout's retries).
+const cmControlWait = 15 * time.Second
+
 // cmDisconnectWait bounds the server's wait for the client's disconnects and each DREQ.
 const cmDisconnectWait = 5 * time.Second
 
@@ -88,7 +92,11 @@ func (b *bench) clientCM(ctx context.Context, host string, port int, retry time.
 		return nil, err
 	}
 	defer ctrl.Destroy()
-	kc, err := dialCMRetry(ctx, b.dev, ctrl.QP, dst, b.cmOptions(), retry)
+	// Bounded: a host with nobody on QP1 never answers, and the CM would resend its REQ for
+	// a minute.
+	cctx, ccancel := context.WithTimeout(ctx, retry+cmControlWait)
+	kc, err := dialCMRetry(cctx, b.dev, ctrl.QP, dst, b.cmOptions(), retry)
+	ccancel()
 	if err != nil {
 		return nil, fmt.Errorf("-R: control connection: %w", err)
 	}
@@ -144,12 +152,18 @@ func (b *bench) serverCM(ctx context.Context, port int) ([]benchResult, error) {
 	defer cancel()
 	var kt *roce.CMConn
 	connect := func() error {
-		r, err := l.Accept(bctx)
-		if err != nil {
+		for {
+			r, err := l.Accept(bctx)
+			if err != nil {
+				return err
+			}
+			if r.Remote.Addr() != req.Remote.Addr() { // another client's: this one is busy
+				r.Reject(nil) //nolint:errcheck // the other client is told no either way
+				continue
+			}
+			kt, err = r.Accept(bctx, p.QP, nil)
 			return err
 		}
-		kt, err = r.Accept(bctx, p.QP, nil)
-		return err
 	}
 	res, err := p.PerftestCM(bctx, ctrl, false, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
 	err = budgetErr(bctx, err)

@@ -33,42 +33,105 @@ import (
 // sides' results and the client device's capture.
 func benchCMPair(t *testing.T, name string, size, iters int) (srv, cli []benchResult, pcap []byte) {
 	t.Helper()
+	var capBuf syncBuffer
+	s, c := benchCMDevs(t, name, size, iters, &capBuf)
+	srv, cli, serr, cerr := runBenchCM(t, s, c, 10*time.Second)
+	if serr != nil || cerr != nil {
+		t.Fatalf("client: %v; server: %v", cerr, serr)
+	}
+	c.dev.Close()
+	return srv, cli, []byte(capBuf.String())
+}
+
+// benchCMDevs makes the two devices of benchCMPair and a bench -R of each (the client's device
+// capturing to capture, if not nil).
+func benchCMDevs(t *testing.T, name string, size, iters int, capture io.Writer) (srv, cli *bench) {
+	t.Helper()
 	la, lb, err := pipe.New(pipe.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var capBuf syncBuffer
 	ip := func(i byte) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, i}) }
 	sdev, err := roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{ip(1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sdev.Close()
-	cdev, err := roce.NewDevice(lb, &roce.Options{Addrs: []netip.Addr{ip(2)}, Capture: &capBuf})
+	t.Cleanup(func() { sdev.Close() })
+	cdev, err := roce.NewDevice(lb, &roce.Options{Addrs: []netip.Addr{ip(2)}, Capture: capture})
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &Env{Stdout: io.Discard, Stderr: io.Discard}
+	t.Cleanup(func() { cdev.Close() })
 	mk := func(dev *roce.Device, i byte) *bench {
-		return &bench{env: env, dev: dev, test: benchTests[name], name: name, size: size, iters: iters, qps: 1,
+		return &bench{env: &Env{Stdout: io.Discard, Stderr: new(syncBuffer)}, dev: dev, test: benchTests[name], name: name, size: size, iters: iters, qps: 1,
 			sgid: ip(i), mtu: roce.MTU1024, mode: cm.ModeRC, rdmaCM: true}
 	}
+	return mk(sdev, 1), mk(cdev, 2)
+}
+
+// runBenchCM runs the server (unless srv is nil) and the client at once, the client given
+// retry as its --connect-timeout.
+func runBenchCM(t *testing.T, srv, cli *bench, retry time.Duration) (sres, cres []benchResult, serr, cerr error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	var serr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		srv, serr = mk(sdev, 1).serverCM(ctx, cm.DefaultPort)
-	}()
-	cli, err = mk(cdev, 2).clientCM(ctx, "198.51.100.1", cm.DefaultPort, 10*time.Second)
-	wg.Wait()
-	if err != nil || serr != nil {
-		t.Fatalf("client: %v; server: %v", err, serr)
+	if srv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sres, serr = srv.serverCM(ctx, cm.DefaultPort)
+		}()
+		// As a user would: the client starts once the server listens (a REQ to a device
+		// without a CM yet is dropped, and resent only after 4.3 s).
+		for !strings.Contains(srv.env.Stderr.(*syncBuffer).String(), "waiting for the client") && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
 	}
-	cdev.Close()
-	return srv, cli, []byte(capBuf.String())
+	cres, cerr = cli.clientCM(ctx, "198.51.100.1", cm.DefaultPort, retry)
+	wg.Wait()
+	return sres, cres, serr, cerr
+}
+
+// TestBenchCMBounded: a -R client with nothing listening on the server's rdma_cm port (REJ
+// invalid service ID) gives up after --connect-timeout saying so; a send server and client
+// given different iteration counts (nothing is agreed in -R) both end, bounded by the budget.
+func TestBenchCMBounded(t *testing.T) {
+	t.Run("no-listener", func(t *testing.T) {
+		s, c := benchCMDevs(t, "write", 4096, 10, nil)
+		l, err := s.dev.ListenCM(7471, nil) // the server's CM runs, not on 18515
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		start := time.Now()
+		_, _, _, err = runBenchCM(t, nil, c, 500*time.Millisecond)
+		var rej *roce.CMRejectError
+		if !errors.As(err, &rej) || rej.Reason != roce.CMRejInvalidServiceID || !strings.Contains(err.Error(), "nothing listens on rdma_cm port 18515") {
+			t.Errorf("client: %v", err)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("client gave up after %v (--connect-timeout 500ms)", took)
+		}
+	})
+	t.Run("iters-mismatch", func(t *testing.T) {
+		s, c := benchCMDevs(t, "send", 1000, 100, nil)
+		c.iters = 50
+		s.budgetBase, c.budgetBase = 2*time.Second, 2*time.Second
+		start := time.Now()
+		_, _, serr, cerr := runBenchCM(t, s, c, time.Second)
+		if !errors.Is(cerr, errBudget) {
+			t.Errorf("client: %v, want the budget's error", cerr)
+		}
+		// The server ends by its own budget, or first when the client's disconnect flushes
+		// the receives it still waits on.
+		if !errors.Is(serr, errBudget) && (serr == nil || !strings.Contains(serr.Error(), "after 50 of 100 receives")) {
+			t.Errorf("server: %v, want the budget's error or the 50 of 100 receives", serr)
+		}
+		if took, budget := time.Since(start), runBudget(s.budgetBase, 1000, 100, 1); took > budget+10*time.Second {
+			t.Errorf("ended after %v, budget %v", took, budget)
+		}
+	})
 }
 
 // TestBenchCM: write, read and send with -R between two xdproce ends: both report the
@@ -128,6 +191,10 @@ func cmEvents(t *testing.T, pcap []byte, client netip.Addr) []cmEvent {
 		}
 		e := cmEvent{fromClient: p.SrcIP.Unmap() == client, kind: p.BTH.Opcode.String(), qpn: p.BTH.DestQPN}
 		if p.BTH.Opcode == wire.UDSendOnly && p.BTH.DestQPN == 1 {
+			if seen[string(p.Payload)] { // a MAD resent (the same bytes)
+				continue
+			}
+			seen[string(p.Payload)] = true
 			_, m, err := rdmacm.Decode(p.Payload)
 			if err != nil {
 				t.Fatalf("frame %d: %v", i, err)
