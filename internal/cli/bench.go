@@ -16,7 +16,7 @@ import (
 
 var benchCommand = &Command{
 	Name:       "bench",
-	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [--json | --perftest] [--atomic-type OP]",
+	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [-R] [--json | --perftest] [--atomic-type OP]",
 	ShortHelp:  "measure RDMA bandwidth, message rate and latency against a peer (perftest's protocol)",
 	LongHelp: `Bench runs one perftest-style test between two xdproce processes: without
 HOST it is the server (it waits for the client on --port of the --dev
@@ -34,8 +34,19 @@ perftest's does: bench is for benchmarks between hosts you control, not for
 exposing memory to untrusted networks.
 
 Both ends speak perftest 6.06's out-of-band exchange, so the peer may also be
-the perftest tool of the same test over rxe (ib_write_bw -R is not needed:
-perftest's own TCP exchange, port 18515).
+the perftest tool of the same test over rxe: its TCP exchange (port 18515)
+by default, its RDMA CM mode with -R (below).
+
+RDMA CM (-R)
+-R is perftest's -R (write, read and send): the client connects a control
+queue pair to the server's rdma_cm port (--port, 18515; RDMA_PS_TCP) through
+the RDMA CM and runs perftest's exchange on it as SENDs, then connects the
+test queue pair through a second CM connection to the same port; afterwards
+the client disconnects both. The peer may be perftest's tool with -R or
+xdproce with -R. Nothing is agreed: give both ends the same --size and
+--iters, as with perftest (a mismatch ends in an error within the run's
+bound). One queue pair, one size, by iterations. The client asks again
+while the server answers that nothing listens (for --connect-timeout).
 
 TWO XDPROCE ENDS AGREE
 Two xdproce ends recognise each other inside perftest's exchange (by the
@@ -74,7 +85,7 @@ row each; -D SEC runs for about SEC seconds: runs of 100 messages, ten times
 as many each while one lasts under 200 ms, then as many as fill the rest of
 the time at the last one's rate; the row gives all their messages over the
 sum of their data phases. Both need xdproce at both ends (a perftest peer is
-refused with a line). -R (RDMA CM) is refused: not yet.
+refused with a line).
 
 With --perftest the output is perftest's own: the test's title, the address
 lines of both queue pairs (LID, QPN, PSN, RKey, VAddr, GID) and perftest's
@@ -105,6 +116,7 @@ EXAMPLES
   sudo xdproce bench write --dev eth1 198.51.100.1 --mode ooo --paths 4
   sudo xdproce bench write -d eth1 198.51.100.1 -a -n 1000 # perftest's flags
   sudo xdproce bench send -d eth1 198.51.100.1 -s 4096 -D 5
+  ib_read_bw -d rxe0 -x 1 -R &  sudo xdproce bench read -R --perftest --dev eth1 198.51.100.1
   ib_write_bw -d rxe0 -x 1 &  sudo xdproce bench write --dev eth1 198.51.100.1
   ib_atomic_bw -d rxe0 -x 1 -A CMP_AND_SWAP &
     sudo xdproce bench atomic --perftest --atomic-type CMP_AND_SWAP --dev eth1 198.51.100.1`,
