@@ -43,17 +43,12 @@ func TestPrivilegedInteropPerftestCM(t *testing.T) {
 					xdArgs:    []string{"bench", c.bench, "-R", "--perftest", "--size", fmt.Sprint(size), "--iters", fmt.Sprint(iters)},
 					needWords: []string{"bench", c.bench, "-R", "--perftest"},
 					xdServer:  srv, link: "xsk", timeout: 120 * time.Second,
-					// xdproce prints its line once it listens on the rdma_cm port; perftest
-					// prints its banner just before rdma_listen (a REQ that comes first is
-					// refused, invalid service ID, and xdproce's client asks again).
+					// xdproce prints its line once it listens on the rdma_cm port; perftest's
+					// listening cm_id shows in the guest's `rdma resource show cm_id`.
 					hostReady: func(t *testing.T, x *hostProc) {
 						waitHost(t, x, "waiting for the client on rdma_cm port", 30*time.Second)
 					},
-					guestReady: func(t *testing.T, j *job) {
-						if out, ok := j.waitOutput(60*time.Second, func(s string) bool { return strings.Contains(s, "Waiting for client") }); !ok {
-							t.Fatalf("%s -R in the guest never waited for a client:\n%s", c.tool, out)
-						}
-					},
+					guestReady: func(t *testing.T, j *job) { g.guestCMListening(t, j, 18515, 60*time.Second) },
 					check: func(t *testing.T, toolOut, xdOut string) {
 						for who, out := range map[string]string{c.tool: toolOut, "xdproce": xdOut} {
 							if !row.MatchString(out) || !strings.Contains(out, "Data ex. method : rdma_cm") {
@@ -82,4 +77,25 @@ func waitHost(t *testing.T, x *hostProc, line string, timeout time.Duration) {
 		}
 	}
 	t.Fatalf("xdproce printed no %q within %v:\n%s", line, timeout, x.output())
+}
+
+// guestCMListening waits until an RDMA CM ID listens on port in the guest (rdma_listen), or the
+// server job ends first (its output then says why).
+func (g *guest) guestCMListening(t *testing.T, server *job, port int, timeout time.Duration) {
+	t.Helper()
+	probe := g.start(t, fmt.Sprintf("for i in $(seq %d); do rdma resource show cm_id | grep -q 'state LISTEN .*:%d ' && exit 0; read -r -t 0.1 < /run/nap; done; exit 1",
+		int(timeout/(100*time.Millisecond)), port))
+	for !probe.finished() {
+		if server.finished() {
+			out, rc, _ := server.wait(time.Second)
+			t.Fatalf("guest server exited (rc %d) before listening:\n%s", rc, out)
+		}
+		if !g.alive() {
+			t.Fatal("the guest died")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, rc, _ := probe.wait(time.Second); rc != 0 {
+		t.Fatalf("guest: no RDMA CM ID listens on port %d after %v; server output:\n%s", port, timeout, server.output())
+	}
 }
