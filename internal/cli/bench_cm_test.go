@@ -34,7 +34,7 @@ import (
 func benchCMPair(t *testing.T, name string, size, iters int) (srv, cli []benchResult, pcap []byte) {
 	t.Helper()
 	var capBuf syncBuffer
-	s, c := benchCMDevs(t, name, size, iters, &capBuf)
+	s, c := benchCMDevs(t, name, size, iters, &capBuf, false)
 	srv, cli, serr, cerr := runBenchCM(t, s, c, 10*time.Second)
 	if serr != nil || cerr != nil {
 		t.Fatalf("client: %v; server: %v", cerr, serr)
@@ -44,14 +44,19 @@ func benchCMPair(t *testing.T, name string, size, iters int) (srv, cli []benchRe
 }
 
 // benchCMDevs makes the two devices of benchCMPair and a bench -R of each (the client's device
-// capturing to capture, if not nil).
-func benchCMDevs(t *testing.T, name string, size, iters int, capture io.Writer) (srv, cli *bench) {
+// capturing to capture, if not nil); with v6 their addresses are 2001:db8::1 and ::2.
+func benchCMDevs(t *testing.T, name string, size, iters int, capture io.Writer, v6 bool) (srv, cli *bench) {
 	t.Helper()
 	la, lb, err := pipe.New(pipe.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := func(i byte) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, i}) }
+	ip := func(i byte) netip.Addr {
+		if v6 {
+			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: i})
+		}
+		return netip.AddrFrom4([4]byte{198, 51, 100, i})
+	}
 	sdev, err := roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{ip(1)}})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +93,11 @@ func runBenchCM(t *testing.T, srv, cli *bench, retry time.Duration) (sres, cres 
 			time.Sleep(time.Millisecond)
 		}
 	}
-	cres, cerr = cli.clientCM(ctx, "198.51.100.1", cm.DefaultPort, retry)
+	server := netip.AddrFrom4([4]byte{198, 51, 100, 1})
+	if cli.sgid.Is6() {
+		server = netip.MustParseAddr("2001:db8::1")
+	}
+	cres, cerr = cli.clientCM(ctx, server.String(), cm.DefaultPort, retry)
 	wg.Wait()
 	return sres, cres, serr, cerr
 }
@@ -98,7 +107,7 @@ func runBenchCM(t *testing.T, srv, cli *bench, retry time.Duration) (sres, cres 
 // given different iteration counts (nothing is agreed in -R) both end, bounded by the budget.
 func TestBenchCMBounded(t *testing.T) {
 	t.Run("no-listener", func(t *testing.T) {
-		s, c := benchCMDevs(t, "write", 4096, 10, nil)
+		s, c := benchCMDevs(t, "write", 4096, 10, nil, false)
 		l, err := s.dev.ListenCM(7471, nil) // the server's CM runs, not on 18515
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +124,7 @@ func TestBenchCMBounded(t *testing.T) {
 		}
 	})
 	t.Run("iters-mismatch", func(t *testing.T) {
-		s, c := benchCMDevs(t, "send", 1000, 100, nil)
+		s, c := benchCMDevs(t, "send", 1000, 100, nil, false)
 		c.iters = 50
 		s.budgetBase, c.budgetBase = 2*time.Second, 2*time.Second
 		start := time.Now()
@@ -135,7 +144,7 @@ func TestBenchCMBounded(t *testing.T) {
 }
 
 // TestBenchCM: write, read and send with -R between two xdproce ends: both report the
-// client's size and iterations.
+// client's size and iterations; and write over IPv6.
 func TestBenchCM(t *testing.T) {
 	for _, name := range []string{"write", "read", "send"} {
 		t.Run(name, func(t *testing.T) {
@@ -147,6 +156,13 @@ func TestBenchCM(t *testing.T) {
 			}
 		})
 	}
+	t.Run("write-ipv6", func(t *testing.T) {
+		s, c := benchCMDevs(t, "write", 4096, 50, nil, true)
+		srv, cli, serr, cerr := runBenchCM(t, s, c, 10*time.Second)
+		if serr != nil || cerr != nil || len(srv) != 1 || len(cli) != 1 || srv[0].Iters != 50 || cli[0].Iters != 50 {
+			t.Errorf("server %v %+v, client %v %+v", serr, srv, cerr, cli)
+		}
+	})
 }
 
 // cmEvent is one request of a perftest -R run as the wire shows it: a CM MAD, a SEND with
