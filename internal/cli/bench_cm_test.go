@@ -175,6 +175,7 @@ type cmEvent struct {
 	va         uint64 // RETH
 	rkey       uint32
 	sid        uint64 // REQ's service ID
+	mad        rdmacm.Message
 }
 
 func (e cmEvent) String() string {
@@ -215,7 +216,7 @@ func cmEvents(t *testing.T, pcap []byte, client netip.Addr) []cmEvent {
 			if err != nil {
 				t.Fatalf("frame %d: %v", i, err)
 			}
-			e.kind = m.AttrID().String()
+			e.kind, e.mad = m.AttrID().String(), m
 			switch m := m.(type) {
 			case *rdmacm.REQ:
 				e.qpn, e.sid = m.LocalQPN, m.ServiceID
@@ -244,7 +245,7 @@ func cmEvents(t *testing.T, pcap []byte, client netip.Addr) []cmEvent {
 // DREQs. Byte for byte: the version, system data and MTU messages, the zero handshakes and the
 // client's size and iteration reports; field by field the key messages (each names its
 // sender's test QPN from the CM exchange and GID; the client WRITEs to the server's VA and
-// rkey) and the service IDs.
+// rkey), the service IDs and every MAD (REQ, REP, RTU, DREQ, DREP; see below).
 func TestBenchCMMatchesRxe(t *testing.T) {
 	rxePcap, err := os.ReadFile("../../testdata/rxe/rdmacm_write_bw.pcap")
 	if err != nil {
@@ -312,6 +313,53 @@ func TestBenchCMMatchesRxe(t *testing.T) {
 		}
 		if len(reqs) != 2 || reqs[0].sid != 0x0000000001064853 || reqs[1].sid != reqs[0].sid {
 			t.Errorf("%s: REQs %+v, want two to service ID 0x1064853 (RDMA_PS_TCP, port 18515)", who, reqs)
+		}
+	}
+	// The MADs field by field, with what is random or per host taken from ours (communication
+	// IDs, CA GUIDs, QPNs, PSNs, GIDs, the flow label and the IP CM header: addresses and
+	// source port) and two known differences: perftest asks for no READ resources for write
+	// (xdproce's CM offers its default 16) and Linux announces ACK timeout 19 where xdproce
+	// keeps its 14.
+	for i, e := range own {
+		if e.mad == nil {
+			continue
+		}
+		want, got := rxe[i].mad, e.mad
+		switch w := want.(type) {
+		case *rdmacm.REQ:
+			g := *got.(*rdmacm.REQ)
+			if _, user, err := rdmacm.ParseIPHeader(g.PrivateData[:]); err != nil || bytes.Count(user, []byte{0}) != len(user) {
+				t.Errorf("REQ %d: IP CM header %v, user data % x (perftest sends none)", i, err, user)
+			}
+			x := *w
+			x.LocalCommID, x.LocalCAGUID, x.LocalQPN, x.StartingPSN = g.LocalCommID, g.LocalCAGUID, g.LocalQPN, g.StartingPSN
+			x.Primary.LocalGID, x.Primary.RemoteGID, x.Primary.FlowLabel, x.PrivateData = g.Primary.LocalGID, g.Primary.RemoteGID, g.Primary.FlowLabel, g.PrivateData
+			x.ResponderResources, x.InitiatorDepth, x.Primary.LocalACKTimeout = g.ResponderResources, g.InitiatorDepth, g.Primary.LocalACKTimeout
+			want, got = &x, &g
+		case *rdmacm.REP:
+			g := *got.(*rdmacm.REP)
+			x := *w
+			x.LocalCommID, x.RemoteCommID, x.LocalQPN, x.StartingPSN, x.LocalCAGUID = g.LocalCommID, g.RemoteCommID, g.LocalQPN, g.StartingPSN, g.LocalCAGUID
+			x.ResponderResources, x.InitiatorDepth = g.ResponderResources, g.InitiatorDepth
+			want, got = &x, &g
+		case *rdmacm.RTU:
+			g := *got.(*rdmacm.RTU)
+			x := *w
+			x.LocalCommID, x.RemoteCommID = g.LocalCommID, g.RemoteCommID
+			want, got = &x, &g
+		case *rdmacm.DREQ:
+			g := *got.(*rdmacm.DREQ)
+			x := *w
+			x.LocalCommID, x.RemoteCommID, x.RemoteQPN = g.LocalCommID, g.RemoteCommID, g.RemoteQPN
+			want, got = &x, &g
+		case *rdmacm.DREP:
+			g := *got.(*rdmacm.DREP)
+			x := *w
+			x.LocalCommID, x.RemoteCommID = g.LocalCommID, g.RemoteCommID
+			want, got = &x, &g
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("MAD %d %s (-rxe +xdproce):\n%s", i, e, diff)
 		}
 	}
 	check("rxe", rxe, map[bool]netip.Addr{true: netip.MustParseAddr("192.0.2.12"), false: netip.MustParseAddr("192.0.2.11")})
