@@ -38,7 +38,7 @@ the perftest tool of the same test over rxe: its TCP exchange (port 18515)
 by default, its RDMA CM mode with -R (below).
 
 RDMA CM (-R)
--R is perftest's -R (write, read and send): the client connects a control
+-R is perftest's -R (every test): the client connects a control
 queue pair to the server's rdma_cm port (--port, 18515; RDMA_PS_TCP) through
 the RDMA CM and runs perftest's exchange on it as SENDs, then connects the
 test queue pair through a second CM connection to the same port; afterwards
@@ -168,7 +168,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	gbits := fs.Bool("report_gbits", false, "perftest's --report_gbits: with --perftest, bandwidth in Gb/s instead of MB/s")
 	seconds := fs.Int("D", 0, "perftest's -D: run about this many `seconds` (runs growing from 100 messages, then the rest of the time at their rate; xdproce at both ends)")
 	sweep := fs.Bool("a", false, "perftest's -a: every size from 2 B to 8 MiB (powers of two), one run and one row each (xdproce at both ends)")
-	rdmaCM := fs.Bool("R", false, "perftest's -R: connect through the RDMA CM and run the exchange over a control queue pair (write, read, send; one queue pair; nothing agreed)")
+	rdmaCM := fs.Bool("R", false, "perftest's -R: connect through the RDMA CM and run the exchange over a control queue pair (one queue pair; nothing agreed)")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	atomicOp := fs.String("atomic-op", "fetch_add", "atomic operation: fetch_add or cmp_swap")
 	atomicType := fs.String("atomic-type", "", "atomic operation by perftest's -A `name`: FETCH_AND_ADD or CMP_AND_SWAP (instead of --atomic-op)")

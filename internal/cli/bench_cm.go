@@ -32,12 +32,10 @@ const cmControlWait = 15 * time.Second
 // cmDisconnectWait bounds the server's wait for the client's disconnects and each DREQ.
 const cmDisconnectWait = 5 * time.Second
 
-// checkBenchCM checks the flags -R runs with: write, read or send on one queue pair, one size
-// by iterations, the same values given at both ends (nothing is agreed).
+// checkBenchCM checks the flags -R runs with: one queue pair, one size by iterations, the same
+// values given at both ends (nothing is agreed).
 func checkBenchCM(cmd, test string, qps int, sweep bool, seconds int, mode string) error {
 	switch {
-	case test != "write" && test != "read" && test != "send":
-		return usageErrorf(cmd, "-R: %s is not built yet (write, read and send are)", test)
 	case qps != 1:
 		return usageErrorf(cmd, "-R runs one queue pair (--qps %d)", qps)
 	case sweep, seconds != 0:
@@ -61,8 +59,8 @@ func (b *bench) cmPeer(remote netip.Addr) (*toolpeer.Peer, error) {
 		return nil, err
 	}
 	p.PSN = 0 // the CM chooses the PSNs; the key message's is perftest's random one
-	if b.test != cm.ReadBW {
-		p.OutReads = 1 // as perftest announces for tests without READs
+	if b.test != cm.ReadBW && b.test != cm.AtomicBW {
+		p.OutReads = 1 // as perftest announces for tests without READs or atomics
 	}
 	for i, g := range b.dev.GIDs() {
 		if cm.GIDFromAddr(g) == p.GID {

@@ -143,14 +143,14 @@ func TestBenchCMBounded(t *testing.T) {
 	})
 }
 
-// TestBenchCM: write, read and send with -R between two xdproce ends: both report the
-// client's size and iterations; and write over IPv6.
+// TestBenchCM: every test with -R between two xdproce ends: both report the client's size and
+// iterations; and write over IPv6.
 func TestBenchCM(t *testing.T) {
-	for _, name := range []string{"write", "read", "send"} {
+	for name, size := range map[string]int{"write": 4096, "read": 4096, "send": 4096, "atomic": 8, "lat": 64} {
 		t.Run(name, func(t *testing.T) {
-			srv, cli, _ := benchCMPair(t, name, 4096, 50)
+			srv, cli, _ := benchCMPair(t, name, size, 50)
 			for who, r := range map[string][]benchResult{"server": srv, "client": cli} {
-				if len(r) != 1 || r[0].Bytes != 4096 || r[0].Iters != 50 || r[0].BW <= 0 {
+				if len(r) != 1 || r[0].Bytes != size || r[0].Iters != 50 || r[0].BW <= 0 {
 					t.Errorf("%s: %+v", who, r)
 				}
 			}
