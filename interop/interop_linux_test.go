@@ -86,6 +86,7 @@ type pair struct {
 	toolArgs  []string // without the server address
 	xdArgs    []string // xdproce command and flags, without HOST, --dev, --link, --capture
 	xdServer  bool     // xdproce serves, the tool connects
+	ipv6      bool     // the tool connects to xdproce's IPv6 address (the GIDs in the args decide RoCE's)
 	link      string   // xsk or udp
 	timeout   time.Duration
 	check     func(t *testing.T, toolOut, xdOut string) // the outputs of a run that exited 0
@@ -109,6 +110,13 @@ func (p pair) run(t *testing.T, g *guest) {
 	args := append(append([]string{bin}, p.xdArgs...), "--dev", g.tap, "--link", p.link, "--capture", capture)
 	toolCmd := "exec stdbuf -oL " + p.tool + " " + strings.Join(p.toolArgs, " ")
 	attempt := func() (toolOut, xdOut string, rc int, terr, xerr error) {
+		// With ipv6 the tool dials xdproce's IPv6 address; xdproce dials the tool's IPv4 one, as
+		// the tools' servers listen on getaddrinfo's first passive address, 0.0.0.0. The GIDs
+		// (-g) decide the RoCE traffic's family.
+		hostIP, guestIP := g.hostIP, g.guestIP
+		if p.ipv6 {
+			hostIP = g.hostIP6
+		}
 		if p.xdServer {
 			x := g.hostStart(t, args...)
 			if p.hostReady != nil {
@@ -116,7 +124,7 @@ func (p pair) run(t *testing.T, g *guest) {
 			} else {
 				g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
 			}
-			j := g.start(t, toolCmd+" "+g.hostIP)
+			j := g.start(t, toolCmd+" "+hostIP)
 			toolOut, rc, terr = j.wait(p.timeout)
 			xdOut, xerr = x.wait(10 * time.Second)
 		} else {
@@ -126,7 +134,7 @@ func (p pair) run(t *testing.T, g *guest) {
 			} else {
 				g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
 			}
-			x := g.hostStart(t, append(args, g.guestIP)...)
+			x := g.hostStart(t, append(args, guestIP)...)
 			xdOut, xerr = x.wait(p.timeout)
 			toolOut, rc, terr = j.wait(10 * time.Second)
 		}

@@ -53,9 +53,11 @@ func TestPrivilegedInteropPerftestCM(t *testing.T) {
 					// xdproce prints its line once it listens on the rdma_cm port; perftest's
 					// listening cm_id shows in the guest's `rdma resource show cm_id`.
 					hostReady: func(t *testing.T, x *hostProc) {
-						waitHost(t, x, "waiting for the client on rdma_cm port", 30*time.Second)
+						if err := waitHost(x, 30*time.Second, "waiting for the client on rdma_cm port"); err != nil {
+							t.Fatalf("xdproce bench -R server: %v:\n%s", err, x.output())
+						}
 					},
-					guestReady: func(t *testing.T, j *job) { g.guestCMListening(t, j, 18515, 60*time.Second) },
+					guestReady: func(t *testing.T, j *job) { g.cmListening(t, j, 18515, 60*time.Second) },
 					check: func(t *testing.T, toolOut, xdOut string) {
 						for who, out := range map[string]string{c.tool: toolOut, "xdproce": xdOut} {
 							// ib_send_lat's client measures; xdproce's lat server prints no row.
@@ -70,41 +72,5 @@ func TestPrivilegedInteropPerftestCM(t *testing.T) {
 				p.run(t, g)
 			})
 		}
-	}
-}
-
-// waitHost waits until the host program x has printed line, failing t when it exits first or
-// timeout passes.
-func waitHost(t *testing.T, x *hostProc, line string, timeout time.Duration) {
-	t.Helper()
-	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if strings.Contains(x.output(), line) {
-			return
-		}
-		if x.finished() {
-			t.Fatalf("xdproce exited before it listened (%v):\n%s", x.err, x.output())
-		}
-	}
-	t.Fatalf("xdproce printed no %q within %v:\n%s", line, timeout, x.output())
-}
-
-// guestCMListening waits until an RDMA CM ID listens on port in the guest (rdma_listen), or the
-// server job ends first (its output then says why).
-func (g *guest) guestCMListening(t *testing.T, server *job, port int, timeout time.Duration) {
-	t.Helper()
-	probe := g.start(t, fmt.Sprintf("for i in $(seq %d); do rdma resource show cm_id | grep -q 'state LISTEN .*:%d ' && exit 0; read -r -t 0.1 < /run/nap; done; exit 1",
-		int(timeout/(100*time.Millisecond)), port))
-	for !probe.finished() {
-		if server.finished() {
-			out, rc, _ := server.wait(time.Second)
-			t.Fatalf("guest server exited (rc %d) before listening:\n%s", rc, out)
-		}
-		if !g.alive() {
-			t.Fatal("the guest died")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if _, rc, _ := probe.wait(time.Second); rc != 0 {
-		t.Fatalf("guest: no RDMA CM ID listens on port %d after %v; server output:\n%s", port, timeout, server.output())
 	}
 }

@@ -1,0 +1,266 @@
+package interop
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The rping rows: librdmacm's rping in the guest against `xdproce rping`, the connection set up
+// by the RDMA CM on both sides (REQ, REP, RTU and DREQ, DREP as MADs on QP1), then rping's loop
+// (buffer-info SEND, READ, go-ahead SEND, buffer-info SEND, WRITE, go-ahead SEND) -C times.
+
+const (
+	rpingCount = 100
+	rpingPort  = 7174 // rping's default rdma_cm port
+)
+
+// rpingLines are the lines rping -v prints to standard output for count pings of size bytes:
+// "ping data: " on the client, "server ping data: " on the server, then the ping's buffer up
+// to its NUL: "rdma-ping-N: " and letters counting up from 'A'+N (wrapping after 'z' to 'A')
+// to size-1 characters in all.
+func rpingLines(server bool, count, size int) []string {
+	prefix := "ping data: "
+	if server {
+		prefix = "server " + prefix
+	}
+	const letters = 'z' - 'A' + 1
+	lines := make([]string, count)
+	for n := range count {
+		var b strings.Builder
+		fmt.Fprintf(&b, "rdma-ping-%d: ", n)
+		c := n % letters
+		for b.Len() < size-1 {
+			b.WriteByte(byte('A' + c))
+			c = (c + 1) % letters
+		}
+		lines[n] = prefix + b.String()
+	}
+	return lines
+}
+
+// rpingRun is one rping row: sizes, role and address family.
+type rpingRun struct {
+	size     int
+	xdServer bool
+	ipv6     bool
+}
+
+func (r rpingRun) name() string {
+	fam := "ipv4"
+	if r.ipv6 {
+		fam = "ipv6"
+	}
+	return fmt.Sprintf("%s/%dB/xdproce-%s", fam, r.size, role(r.xdServer))
+}
+
+// TestPrivilegedInteropRping: rping -C 100 -v -V with -S 64 and -S 4096 against `xdproce rping`
+// with the same flags, xdproce as server and as client, over AF_XDP; and -S 64 over IPv6 (the
+// tap's 2001:db8:: addresses, rxe0's IPv6 GID). Each side's standard output must be exactly
+// rping's 100 lines for its role, both must exit 0, and xdproce's capture (MADs on QP1 and the
+// RC traffic) must pass `xdproce dump --verify`.
+func TestPrivilegedInteropRping(t *testing.T) {
+	suiteEnabled(t)
+	var note string
+	recordIf(t, true, "rping", "every run", "both", "xsk", &note)
+	needCommand(t, xdproceBin(t), &note, "rping")
+	needGuest(t) // boots the guest once, before the runs
+	var runs []rpingRun
+	for _, size := range []int{64, 4096} {
+		for _, srv := range []bool{true, false} {
+			runs = append(runs, rpingRun{size: size, xdServer: srv})
+		}
+	}
+	for _, srv := range []bool{true, false} {
+		runs = append(runs, rpingRun{size: 64, xdServer: srv, ipv6: true})
+	}
+	for _, r := range runs {
+		t.Run(r.name(), func(t *testing.T) {
+			g := needGuest(t) // again: reboots the guest if the path to it died
+			note := ""
+			op := fmt.Sprintf("-C %d -S %d -v -V", rpingCount, r.size)
+			if r.ipv6 {
+				op += " IPv6"
+			}
+			record(t, "rping", op, role(r.xdServer), "xsk", &note)
+			r.run(t, g, &note)
+		})
+	}
+}
+
+// run runs the row (once more after a reboot if the tap wedged under it) and checks it.
+func (r rpingRun) run(t *testing.T, g *guest, note *string) {
+	bin := xdproceBin(t)
+	toolOut, toolErr, xdOut, xdStdout, capture, err := r.attempt(t, g, bin)
+	if err != nil && !g.pathOK() {
+		t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
+		g = needGuest(t)
+		toolOut, toolErr, xdOut, xdStdout, capture, err = r.attempt(t, g, bin)
+		*note = "(second attempt after the tap wedged) "
+	}
+	if err != nil {
+		*note += err.Error()
+		t.Fatalf("%v\nrping in the guest: stdout:\n%s\nstderr:\n%s\nxdproce rping:\n%s", err, lastLines(toolOut, 10), toolErr, lastLines(xdOut, 30))
+	}
+	checkLines := func(who, out string, server bool) {
+		want := rpingLines(server, rpingCount, r.size)
+		got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(got) != len(want) {
+			t.Errorf("%s printed %d lines, want rping's %d:\n%s", who, len(got), len(want), lastLines(out, 5))
+			return
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s line %d:\n got %q\nwant %q", who, i+1, got[i], want[i])
+				return
+			}
+		}
+	}
+	checkLines("rping in the guest", toolOut, !r.xdServer)
+	checkLines("xdproce rping", xdStdout, r.xdServer)
+	// Each client reports the end of the connection as rping does.
+	clientErr := toolErr
+	if !r.xdServer {
+		clientErr = xdOut
+	}
+	if !strings.Contains(clientErr, "client DISCONNECT EVENT...") {
+		t.Errorf("the client did not report the disconnect (\"client DISCONNECT EVENT...\"):\n%s", clientErr)
+	}
+	out, derr := exec.Command(bin, "dump", "--verify", capture).CombinedOutput()
+	if derr != nil {
+		t.Errorf("xdproce dump --verify %s: %v\n%s", capture, derr, lastLines(string(out), 20))
+		*note += "capture FAILED dump --verify"
+		return
+	}
+	*note += fmt.Sprintf("%d lines each side as rping's, capture verified (%d lines)", rpingCount, strings.Count(string(out), "\n"))
+}
+
+// attempt runs rping in the guest and xdproce rping on the host once. It returns the guest's
+// stdout and stderr apart, xdproce's combined output and its stdout, and the capture's path;
+// err says what failed (an exit status, a timeout).
+func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr, xdOut, xdStdout, capture string, err error) {
+	hostIP, guestIP := g.hostIP, g.guestIP
+	if r.ipv6 {
+		if g.gid6Index < 0 {
+			t.Fatalf("the guest has no IPv6 GID (guest.sh up --guest-ip6; see %s/env)", g.state)
+		}
+		hostIP, guestIP = g.hostIP6, g.guestIP6
+	}
+	flags := fmt.Sprintf("-C %d -S %d -v -V", rpingCount, r.size)
+	capture = filepath.Join(t.TempDir(), "rping.pcapng")
+	xd := append([]string{bin, "rping", "--dev", g.tap, "--link", "xsk", "--capture", capture}, strings.Fields(flags)...)
+	// rping's stderr goes to a file and follows its stdout, marked, so the two can be told
+	// apart; timeout bounds a server whose client never comes.
+	guestCmd := func(args string) string {
+		return fmt.Sprintf("timeout 120 stdbuf -oL rping %s %s 2>/tmp/rping.$$.err; rc=$?; sed 's/^/stderr: /' /tmp/rping.$$.err; exit $rc", args, flags)
+	}
+	var j *job
+	var x *hostProc
+	if r.xdServer {
+		// Linux resends an unanswered REQ only after 4.3 s: listen before the guest dials.
+		x = g.hostStart(t, append(xd, "-s", "-a", hostIP, "-d")...)
+		if err := waitHost(x, 30*time.Second, "rping server listening"); err != nil {
+			return "", "", x.output(), x.stdoutText(), capture, err
+		}
+		j = g.start(t, guestCmd("-c -a "+hostIP))
+	} else {
+		j = g.start(t, guestCmd("-s -a "+guestIP))
+		g.cmListening(t, j, rpingPort, 60*time.Second)
+		x = g.hostStart(t, append(xd, "-c", "-a", guestIP)...)
+	}
+	out, rc, jerr := j.wait(150 * time.Second)
+	_, xerr := x.wait(30 * time.Second)
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if s, ok := strings.CutPrefix(l, "stderr: "); ok {
+			toolErr += s
+		} else {
+			toolOut += l
+		}
+	}
+	xdOut, xdStdout = x.output(), x.stdoutText()
+	switch {
+	case jerr != nil:
+		err = fmt.Errorf("rping in the guest: %v", jerr)
+	case rc != 0:
+		err = fmt.Errorf("rping in the guest exited %d", rc)
+	case xerr != nil:
+		err = fmt.Errorf("xdproce rping: %v", xerr)
+	}
+	return
+}
+
+// waitHost waits until p's output holds want, or p exits, or timeout passes.
+func waitHost(p *hostProc, timeout time.Duration, want string) error {
+	end := time.Now().Add(timeout)
+	for !strings.Contains(p.output(), want) {
+		if p.finished() {
+			return fmt.Errorf("exited (%v) before printing %q", p.err, want)
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("printed no %q in %v", want, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// cmListening waits until an RDMA CM identifier listens on port in the guest (`rdma resource
+// show cm_id`), or the server job ends first (its output then says why).
+func (g *guest) cmListening(t *testing.T, server *job, port int, timeout time.Duration) {
+	t.Helper()
+	probe := g.start(t, fmt.Sprintf("for i in $(seq %d); do rdma resource show cm_id | grep -q 'state LISTEN.*:%d ' && exit 0; read -r -t 0.2 < /run/nap; done; rdma resource show cm_id; exit 1", int(timeout/(200*time.Millisecond)), port))
+	for {
+		if probe.finished() {
+			out, rc, _ := probe.wait(time.Second)
+			if rc != 0 {
+				t.Fatalf("guest: no RDMA CM listener on port %d after %v (rdma resource show cm_id: %s); server output:\n%s", port, timeout, out, server.output())
+			}
+			return
+		}
+		if server.finished() {
+			out, rc, _ := server.wait(time.Second)
+			t.Fatalf("guest server exited (rc %d) before listening:\n%s", rc, out)
+		}
+		if !g.alive() {
+			t.Fatal("the guest died")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRpingLines checks rpingLines against rping's own output in the rxe capture's notes
+// (rping -s/-c -C 2 -S 64 -v between two rxe guests).
+func TestRpingLines(t *testing.T) {
+	b, err := os.ReadFile("../testdata/rxe/rdmacm_rping.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var server, client []string
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "server ping data: "):
+			server = append(server, l)
+		case strings.HasPrefix(l, "ping data: "):
+			client = append(client, l)
+		}
+	}
+	if want := rpingLines(true, 2, 64); !slices.Equal(server, want) {
+		t.Errorf("server lines:\n got %q\nwant %q (rping's)", want, server)
+	}
+	if want := rpingLines(false, 2, 64); !slices.Equal(client, want) {
+		t.Errorf("client lines:\n got %q\nwant %q (rping's)", want, client)
+	}
+	// Past 'z' the letters wrap to 'A'; the 59th ping starts at 'A' again.
+	l := rpingLines(false, 59, 4096)
+	if got := l[58][:len("ping data: rdma-ping-58: ")+3]; got != "ping data: rdma-ping-58: ABC" {
+		t.Errorf("ping 58 starts %q", got)
+	}
+	if n := len(l[0]) - len("ping data: "); n != 4095 {
+		t.Errorf("a -S 4096 line holds %d characters, want 4095 (the buffer up to its NUL)", n)
+	}
+}
