@@ -1,11 +1,14 @@
 package interop
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +18,7 @@ import (
 // by the RDMA CM on both sides (REQ, REP, RTU and DREQ, DREP as MADs on QP1), then rping's loop
 // (buffer-info SEND, READ, go-ahead SEND, buffer-info SEND, WRITE, go-ahead SEND) -C times.
 
-const (
-	rpingCount = 100
-	rpingPort  = 7174 // rping's default rdma_cm port
-)
+const rpingPort = 7174 // rping's default rdma_cm port
 
 // rpingLines are the lines rping -v prints to standard output for count pings of size bytes:
 // "ping data: " on the client, "server ping data: " on the server, then the ping's buffer up
@@ -44,11 +44,14 @@ func rpingLines(server bool, count, size int) []string {
 	return lines
 }
 
-// rpingRun is one rping row: sizes, role and address family.
+// rpingRun is one rping row: pings, size, role and address family.
 type rpingRun struct {
-	size     int
-	xdServer bool
-	ipv6     bool
+	count, size int
+	xdServer    bool
+	ipv6        bool
+	// late: xdproce's server starts only after the guest's first REQ reached the namespace and
+	// found no one (the kernel counts it in Udp NoPorts); Linux resends the REQ 4.3 s later.
+	late bool
 }
 
 func (r rpingRun) name() string {
@@ -56,14 +59,30 @@ func (r rpingRun) name() string {
 	if r.ipv6 {
 		fam = "ipv6"
 	}
-	return fmt.Sprintf("%s/%dB/xdproce-%s", fam, r.size, role(r.xdServer))
+	n := fmt.Sprintf("%s/%dB/xdproce-%s", fam, r.size, role(r.xdServer))
+	if r.late {
+		n += "-late"
+	}
+	return n
+}
+
+func (r rpingRun) op() string {
+	op := fmt.Sprintf("-C %d -S %d -v -V", r.count, r.size)
+	if r.ipv6 {
+		op += " IPv6"
+	}
+	if r.late {
+		op += ", REQ resent"
+	}
+	return op
 }
 
 // TestPrivilegedInteropRping: rping -C 100 -v -V with -S 64 and -S 4096 against `xdproce rping`
 // with the same flags, xdproce as server and as client, over AF_XDP; and -S 64 over IPv6 (the
-// tap's 2001:db8:: addresses, rxe0's IPv6 GID). Each side's standard output must be exactly
-// rping's 100 lines for its role, both must exit 0, and xdproce's capture (MADs on QP1 and the
-// RC traffic) must pass `xdproce dump --verify`.
+// tap's 2001:db8:: addresses, rxe0's IPv6 GID); and -C 10 with xdproce's server started only
+// after the guest's first REQ was lost, so the connection is made by Linux's resent REQ. Each
+// side's standard output must be exactly rping's lines for its role, both must exit 0, and
+// xdproce's capture (MADs on QP1 and the RC traffic) must pass `xdproce dump --verify`.
 func TestPrivilegedInteropRping(t *testing.T) {
 	suiteEnabled(t)
 	var note string
@@ -73,21 +92,18 @@ func TestPrivilegedInteropRping(t *testing.T) {
 	var runs []rpingRun
 	for _, size := range []int{64, 4096} {
 		for _, srv := range []bool{true, false} {
-			runs = append(runs, rpingRun{size: size, xdServer: srv})
+			runs = append(runs, rpingRun{count: 100, size: size, xdServer: srv})
 		}
 	}
 	for _, srv := range []bool{true, false} {
-		runs = append(runs, rpingRun{size: 64, xdServer: srv, ipv6: true})
+		runs = append(runs, rpingRun{count: 100, size: 64, xdServer: srv, ipv6: true})
 	}
+	runs = append(runs, rpingRun{count: 10, size: 64, xdServer: true, late: true})
 	for _, r := range runs {
 		t.Run(r.name(), func(t *testing.T) {
 			g := needGuest(t) // again: reboots the guest if the path to it died
 			note := ""
-			op := fmt.Sprintf("-C %d -S %d -v -V", rpingCount, r.size)
-			if r.ipv6 {
-				op += " IPv6"
-			}
-			record(t, "rping", op, role(r.xdServer), "xsk", &note)
+			record(t, "rping", r.op(), role(r.xdServer), "xsk", &note)
 			r.run(t, g, &note)
 		})
 	}
@@ -108,7 +124,7 @@ func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 		t.Fatalf("%v\nrping in the guest: stdout:\n%s\nstderr:\n%s\nxdproce rping:\n%s", err, lastLines(toolOut, 10), toolErr, lastLines(xdOut, 30))
 	}
 	checkLines := func(who, out string, server bool) {
-		want := rpingLines(server, rpingCount, r.size)
+		want := rpingLines(server, r.count, r.size)
 		got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		if len(got) != len(want) {
 			t.Errorf("%s printed %d lines, want rping's %d:\n%s", who, len(got), len(want), lastLines(out, 5))
@@ -123,13 +139,11 @@ func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 	}
 	checkLines("rping in the guest", toolOut, !r.xdServer)
 	checkLines("xdproce rping", xdStdout, r.xdServer)
-	// Each client reports the end of the connection as rping does.
-	clientErr := toolErr
-	if !r.xdServer {
-		clientErr = xdOut
-	}
-	if !strings.Contains(clientErr, "client DISCONNECT EVENT...") {
-		t.Errorf("the client did not report the disconnect (\"client DISCONNECT EVENT...\"):\n%s", clientErr)
+	// xdproce's client reports the end of the connection as rping does, once its DREQ was
+	// answered (rping's own line comes from its CM thread, which it does not wait for: the
+	// guest's rping may exit before printing it).
+	if !r.xdServer && !strings.Contains(xdOut, "client DISCONNECT EVENT...") {
+		t.Errorf("xdproce's client did not report the disconnect (\"client DISCONNECT EVENT...\"):\n%s", lastLines(xdOut, 5))
 	}
 	out, derr := exec.Command(bin, "dump", "--verify", capture).CombinedOutput()
 	if derr != nil {
@@ -137,7 +151,10 @@ func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 		*note += "capture FAILED dump --verify"
 		return
 	}
-	*note += fmt.Sprintf("%d lines each side as rping's, capture verified (%d lines)", rpingCount, strings.Count(string(out), "\n"))
+	if r.late && !regexp.MustCompile(`(?m)^1 .* in .*\[CM REQ `).Match(out) {
+		t.Errorf("the capture of the late server does not start with the guest's REQ:\n%s", lastLines(string(out), 200))
+	}
+	*note += fmt.Sprintf("%d lines each side as rping's, capture verified (%d lines)", r.count, strings.Count(string(out), "\n"))
 }
 
 // attempt runs rping in the guest and xdproce rping on the host once. It returns the guest's
@@ -151,7 +168,7 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 		}
 		hostIP, guestIP = g.hostIP6, g.guestIP6
 	}
-	flags := fmt.Sprintf("-C %d -S %d -v -V", rpingCount, r.size)
+	flags := fmt.Sprintf("-C %d -S %d -v -V", r.count, r.size)
 	capture = filepath.Join(t.TempDir(), "rping.pcapng")
 	xd := append([]string{bin, "rping", "--dev", g.tap, "--link", "xsk", "--capture", capture}, strings.Fields(flags)...)
 	// rping's stderr goes to a file and follows its stdout, marked, so the two can be told
@@ -161,14 +178,26 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 	}
 	var j *job
 	var x *hostProc
-	if r.xdServer {
+	switch {
+	case r.late:
+		lost := udpNoPorts(t, g)
+		j = g.start(t, guestCmd("-c -a "+hostIP))
+		end := time.Now().Add(60 * time.Second)
+		for udpNoPorts(t, g) == lost {
+			if j.finished() || time.Now().After(end) {
+				return "", "", "", "", capture, errors.New("no REQ from the guest reached the namespace in 60 s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		x = g.hostStart(t, append(xd, "-s", "-a", hostIP, "-d")...)
+	case r.xdServer:
 		// Linux resends an unanswered REQ only after 4.3 s: listen before the guest dials.
 		x = g.hostStart(t, append(xd, "-s", "-a", hostIP, "-d")...)
 		if err := waitHost(x, 30*time.Second, "rping server listening"); err != nil {
 			return "", "", x.output(), x.stdoutText(), capture, err
 		}
 		j = g.start(t, guestCmd("-c -a "+hostIP))
-	} else {
+	default:
 		j = g.start(t, guestCmd("-s -a "+guestIP))
 		g.cmListening(t, j, rpingPort, 60*time.Second)
 		x = g.hostStart(t, append(xd, "-c", "-a", guestIP)...)
@@ -263,4 +292,35 @@ func TestRpingLines(t *testing.T) {
 	if n := len(l[0]) - len("ping data: "); n != 4095 {
 		t.Errorf("a -S 4096 line holds %d characters, want 4095 (the buffer up to its NUL)", n)
 	}
+}
+
+// udpNoPorts is the namespace's Udp NoPorts counter (IPv4 datagrams to a port nobody has).
+func udpNoPorts(t *testing.T, g *guest) uint64 {
+	t.Helper()
+	b, err := exec.Command("ip", "netns", "exec", g.netns, "cat", "/proc/net/snmp").Output()
+	if err != nil {
+		t.Fatalf("/proc/net/snmp of %s: %v", g.netns, err)
+	}
+	var names []string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "NoPorts" && i < len(f) {
+				v, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					t.Fatalf("/proc/net/snmp: Udp NoPorts %q", f[i])
+				}
+				return v
+			}
+		}
+	}
+	t.Fatalf("/proc/net/snmp of %s has no Udp NoPorts:\n%s", g.netns, b)
+	return 0
 }
