@@ -112,16 +112,16 @@ func TestPrivilegedInteropRping(t *testing.T) {
 // run runs the row (once more after a reboot if the tap wedged under it) and checks it.
 func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 	bin := xdproceBin(t)
-	toolOut, toolErr, xdOut, xdStdout, capture, err := r.attempt(t, g, bin)
+	res, err := r.attempt(t, g, bin)
 	if err != nil && !g.pathOK() {
 		t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
 		g = needGuest(t)
-		toolOut, toolErr, xdOut, xdStdout, capture, err = r.attempt(t, g, bin)
+		res, err = r.attempt(t, g, bin)
 		*note = "(second attempt after the tap wedged) "
 	}
 	if err != nil {
 		*note += err.Error()
-		t.Fatalf("%v\nrping in the guest: stdout:\n%s\nstderr:\n%s\nxdproce rping:\n%s", err, lastLines(toolOut, 10), toolErr, lastLines(xdOut, 30))
+		t.Fatalf("%v\nrping in the guest: stdout:\n%s\nstderr:\n%s\nxdproce rping:\n%s", err, lastLines(res.toolOut, 10), res.toolErr, lastLines(res.xdOut, 30))
 	}
 	checkLines := func(who, out string, server bool) {
 		want := rpingLines(server, r.count, r.size)
@@ -137,30 +137,52 @@ func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 			}
 		}
 	}
-	checkLines("rping in the guest", toolOut, !r.xdServer)
-	checkLines("xdproce rping", xdStdout, r.xdServer)
+	checkLines("rping in the guest", res.toolOut, !r.xdServer)
+	checkLines("xdproce rping", res.xdStdout, r.xdServer)
 	// xdproce's client reports the end of the connection as rping does, once its DREQ was
 	// answered (rping's own line comes from its CM thread, which it does not wait for: the
 	// guest's rping may exit before printing it).
-	if !r.xdServer && !strings.Contains(xdOut, "client DISCONNECT EVENT...") {
-		t.Errorf("xdproce's client did not report the disconnect (\"client DISCONNECT EVENT...\"):\n%s", lastLines(xdOut, 5))
+	if !r.xdServer && !strings.Contains(res.xdOut, "client DISCONNECT EVENT...") {
+		t.Errorf("xdproce's client did not report the disconnect (\"client DISCONNECT EVENT...\"):\n%s", lastLines(res.xdOut, 5))
 	}
-	out, derr := exec.Command(bin, "dump", "--verify", capture).CombinedOutput()
+	// The guest's CM saw one whole connection: no REJ either way, and (for the late server) at
+	// least one REQ resent. Retries otherwise are timing (4.3 s) and only reported.
+	cm := res.cm
+	if cm["tx.rej"]+cm["rx.rej"] != 0 {
+		t.Errorf("the guest's CM sent %d and received %d REJs: %v", cm["tx.rej"], cm["rx.rej"], cm)
+	}
+	if r.xdServer {
+		if cm["tx.req"] < 1 || cm["rx.rep"] < 1 || cm["tx.rtu"] != 1 || cm["tx.dreq"] < 1 || cm["rx.drep"] < 1 {
+			t.Errorf("the guest's CM, active side, sent/received: %v (want REQ, REP, RTU, DREQ, DREP)", cm)
+		}
+		if r.late && cm["retry.req"] < 1 {
+			t.Errorf("the guest's CM resent no REQ although the first was lost: %v", cm)
+		}
+	} else if cm["rx.req"] < 1 || cm["tx.rep"] < 1 || cm["rx.rtu"] != 1 || cm["rx.dreq"] < 1 || cm["tx.drep"] < 1 {
+		t.Errorf("the guest's CM, passive side, sent/received: %v (want REQ, REP, RTU, DREQ, DREP)", cm)
+	}
+	out, derr := exec.Command(bin, "dump", "--verify", res.capture).CombinedOutput()
 	if derr != nil {
-		t.Errorf("xdproce dump --verify %s: %v\n%s", capture, derr, lastLines(string(out), 20))
+		t.Errorf("xdproce dump --verify %s: %v\n%s", res.capture, derr, lastLines(string(out), 20))
 		*note += "capture FAILED dump --verify"
 		return
 	}
 	if r.late && !regexp.MustCompile(`(?m)^1 .* in .*\[CM REQ `).Match(out) {
 		t.Errorf("the capture of the late server does not start with the guest's REQ:\n%s", lastLines(string(out), 200))
 	}
-	*note += fmt.Sprintf("%d lines each side as rping's, capture verified (%d lines)", r.count, strings.Count(string(out), "\n"))
+	*note += fmt.Sprintf("%d lines each side as rping's, capture verified (%d lines); guest CM %s", r.count, strings.Count(string(out), "\n"), cm)
 }
 
-// attempt runs rping in the guest and xdproce rping on the host once. It returns the guest's
-// stdout and stderr apart, xdproce's combined output and its stdout, and the capture's path;
-// err says what failed (an exit status, a timeout).
-func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr, xdOut, xdStdout, capture string, err error) {
+// rpingResult is what one attempt left: the guest's stdout and stderr apart, xdproce's
+// combined output and its stdout, the capture's path, and the guest's CM counters' change.
+type rpingResult struct {
+	toolOut, toolErr, xdOut, xdStdout, capture string
+	cm                                         cmCounts
+}
+
+// attempt runs rping in the guest and xdproce rping on the host once; err says what failed (an
+// exit status, a timeout).
+func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (res rpingResult, err error) {
 	hostIP, guestIP := g.hostIP, g.guestIP
 	if r.ipv6 {
 		if g.gid6Index < 0 {
@@ -169,13 +191,14 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 		hostIP, guestIP = g.hostIP6, g.guestIP6
 	}
 	flags := fmt.Sprintf("-C %d -S %d -v -V", r.count, r.size)
-	capture = filepath.Join(t.TempDir(), "rping.pcapng")
-	xd := append([]string{bin, "rping", "--dev", g.tap, "--link", "xsk", "--capture", capture}, strings.Fields(flags)...)
+	res.capture = filepath.Join(t.TempDir(), "rping.pcapng")
+	xd := append([]string{bin, "rping", "--dev", g.tap, "--link", "xsk", "--capture", res.capture}, strings.Fields(flags)...)
 	// rping's stderr goes to a file and follows its stdout, marked, so the two can be told
 	// apart; timeout bounds a server whose client never comes.
 	guestCmd := func(args string) string {
 		return fmt.Sprintf("timeout 120 stdbuf -oL rping %s %s 2>/tmp/rping.$$.err; rc=$?; sed 's/^/stderr: /' /tmp/rping.$$.err; exit $rc", args, flags)
 	}
+	cm0 := g.cmCounters(t)
 	var j *job
 	var x *hostProc
 	switch {
@@ -185,7 +208,7 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 		end := time.Now().Add(60 * time.Second)
 		for udpNoPorts(t, g) == lost {
 			if j.finished() || time.Now().After(end) {
-				return "", "", "", "", capture, errors.New("no REQ from the guest reached the namespace in 60 s")
+				return res, errors.New("no REQ from the guest reached the namespace in 60 s")
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -194,7 +217,8 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 		// Linux resends an unanswered REQ only after 4.3 s: listen before the guest dials.
 		x = g.hostStart(t, append(xd, "-s", "-a", hostIP, "-d")...)
 		if err := waitHost(x, 30*time.Second, "rping server listening"); err != nil {
-			return "", "", x.output(), x.stdoutText(), capture, err
+			res.xdOut, res.xdStdout = x.output(), x.stdoutText()
+			return res, err
 		}
 		j = g.start(t, guestCmd("-c -a "+hostIP))
 	default:
@@ -206,12 +230,12 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 	_, xerr := x.wait(30 * time.Second)
 	for _, l := range strings.SplitAfter(out, "\n") {
 		if s, ok := strings.CutPrefix(l, "stderr: "); ok {
-			toolErr += s
+			res.toolErr += s
 		} else {
-			toolOut += l
+			res.toolOut += l
 		}
 	}
-	xdOut, xdStdout = x.output(), x.stdoutText()
+	res.xdOut, res.xdStdout = x.output(), x.stdoutText()
 	switch {
 	case jerr != nil:
 		err = fmt.Errorf("rping in the guest: %v", jerr)
@@ -220,7 +244,66 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (toolOut, toolErr,
 	case xerr != nil:
 		err = fmt.Errorf("xdproce rping: %v", xerr)
 	}
-	return
+	if err == nil {
+		res.cm = g.cmCounters(t).minus(cm0)
+	}
+	return res, err
+}
+
+// cmCounts are the guest's ib_cm counters of rxe0 port 1 (sysfs cm_tx_msgs, cm_tx_retries,
+// cm_rx_msgs, cm_rx_duplicates), keyed "tx.req", "retry.req", "rx.rep", "dup.req", ...
+type cmCounts map[string]int
+
+var cmCounterDirs = map[string]string{"cm_tx_msgs": "tx", "cm_tx_retries": "retry", "cm_rx_msgs": "rx", "cm_rx_duplicates": "dup"}
+
+// cmCounters reads the guest's CM counters.
+func (g *guest) cmCounters(t *testing.T) cmCounts {
+	t.Helper()
+	out := g.run(t, 30*time.Second, "cd /sys/class/infiniband/rxe0/ports/1 && grep -H . cm_tx_msgs/* cm_tx_retries/* cm_rx_msgs/* cm_rx_duplicates/*")
+	c := cmCounts{}
+	for _, l := range strings.Fields(out) {
+		path, v, ok := strings.Cut(l, ":")
+		dir, name, ok2 := strings.Cut(path, "/")
+		n, err := strconv.Atoi(v)
+		if !ok || !ok2 || err != nil || cmCounterDirs[dir] == "" {
+			t.Fatalf("guest CM counters: cannot read %q in:\n%s", l, out)
+		}
+		c[cmCounterDirs[dir]+"."+name] = n
+	}
+	if len(c) == 0 {
+		t.Fatalf("guest CM counters: none in:\n%s", out)
+	}
+	return c
+}
+
+// minus is c's change since before.
+func (c cmCounts) minus(before cmCounts) cmCounts {
+	d := cmCounts{}
+	for k, v := range c {
+		d[k] = v - before[k]
+	}
+	return d
+}
+
+// String lists the counters that are not zero, in order: "sent REQ 1 RTU 1 DREQ 1, received
+// REP 1 DREP 1, resent REQ 1".
+func (c cmCounts) String() string {
+	var parts []string
+	for _, k := range []struct{ key, label string }{{"tx", "sent"}, {"rx", "received"}, {"retry", "resent"}, {"dup", "duplicates"}} {
+		var msgs []string
+		for _, m := range []string{"req", "mra", "rej", "rep", "rtu", "dreq", "drep", "lap", "apr", "sidr_req", "sidr_rep"} {
+			if n := c[k.key+"."+m]; n != 0 {
+				msgs = append(msgs, fmt.Sprintf("%s %d", strings.ToUpper(m), n))
+			}
+		}
+		if len(msgs) > 0 {
+			parts = append(parts, k.label+" "+strings.Join(msgs, " "))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // waitHost waits until p's output holds want, or p exits, or timeout passes.
