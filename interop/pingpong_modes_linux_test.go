@@ -108,7 +108,7 @@ func TestPrivilegedInteropPingpongModes(t *testing.T) {
 					if g.gid6Index < 0 {
 						t.Fatalf("the guest has no IPv6 GID (guest.sh up --guest-ip6; see %s/env)", g.state)
 					}
-					toolGID, xdGID = fmt.Sprint(g.gid6Index), "2"
+					toolGID, xdGID = fmt.Sprint(g.gid6Index), fmt.Sprint(xdGID6Index)
 					toolAddr, xdAddr = g.guestIP6, g.hostIP6
 				}
 				toolArgs := []string{"-d", "rxe0", "-g", toolGID, "-s", fmt.Sprint(c.size), "-n", fmt.Sprint(c.iters)}
