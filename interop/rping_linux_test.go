@@ -52,6 +52,24 @@ type rpingRun struct {
 	// late: xdproce's server starts only after the guest's first REQ reached the namespace and
 	// found no one (the kernel counts it in Udp NoPorts); Linux resends the REQ 4.3 s later.
 	late bool
+	// lose: the first CM message of one kind is dropped at the tap (over link/udp).
+	lose *madLoss
+}
+
+// madLoss is a CM message dropped once at the tap's host end, and what the guest's CM counters
+// must show of the recovery.
+type madLoss struct {
+	ingress bool // from the guest (else to it)
+	attr    uint16
+	name    string
+	check   func(cm cmCounts) string // "" or what is wrong
+}
+
+func (r rpingRun) link() string {
+	if r.lose != nil {
+		return "udp" // tc sees no frame AF_XDP takes
+	}
+	return "xsk"
 }
 
 func (r rpingRun) name() string {
@@ -63,6 +81,9 @@ func (r rpingRun) name() string {
 	if r.late {
 		n += "-late"
 	}
+	if r.lose != nil {
+		n += "-lose-" + r.lose.name
+	}
 	return n
 }
 
@@ -73,6 +94,13 @@ func (r rpingRun) op() string {
 	}
 	if r.late {
 		op += ", REQ resent"
+	}
+	if r.lose != nil {
+		dir := "to"
+		if r.lose.ingress {
+			dir = "from"
+		}
+		op = fmt.Sprintf("-C %d, 1st %s %s guest lost", r.count, r.lose.name, dir)
 	}
 	return op
 }
@@ -86,7 +114,7 @@ func (r rpingRun) op() string {
 func TestPrivilegedInteropRping(t *testing.T) {
 	suiteEnabled(t)
 	var note string
-	recordIf(t, true, "rping", "every run", "both", "xsk", &note)
+	recordIf(t, true, "rping", "every run", "both", "both", &note)
 	needCommand(t, xdproceBin(t), &note, "rping")
 	needGuest(t) // boots the guest once, before the runs
 	var runs []rpingRun
@@ -99,11 +127,14 @@ func TestPrivilegedInteropRping(t *testing.T) {
 		runs = append(runs, rpingRun{count: 100, size: 64, xdServer: srv, ipv6: true})
 	}
 	runs = append(runs, rpingRun{count: 10, size: 64, xdServer: true, late: true})
+	for _, l := range cmLosses {
+		runs = append(runs, rpingRun{count: 10, size: 64, xdServer: l.xdServer, lose: &l.loss})
+	}
 	for _, r := range runs {
 		t.Run(r.name(), func(t *testing.T) {
 			g := needGuest(t) // again: reboots the guest if the path to it died
 			note := ""
-			record(t, "rping", r.op(), role(r.xdServer), "xsk", &note)
+			record(t, "rping", r.op(), role(r.xdServer), r.link(), &note)
 			r.run(t, g, &note)
 		})
 	}
@@ -112,6 +143,10 @@ func TestPrivilegedInteropRping(t *testing.T) {
 // run runs the row (once more after a reboot if the tap wedged under it) and checks it.
 func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 	bin := xdproceBin(t)
+	var drop *madDropper
+	if r.lose != nil {
+		drop = dropFirstMAD(t, g, r.lose.ingress, r.lose.attr, 1)
+	}
 	res, err := r.attempt(t, g, bin)
 	if err != nil && !g.pathOK() {
 		t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
@@ -152,14 +187,22 @@ func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 		t.Errorf("the guest's CM sent %d and received %d REJs: %v", cm["tx.rej"], cm["rx.rej"], cm)
 	}
 	if r.xdServer {
-		if cm["tx.req"] < 1 || cm["rx.rep"] < 1 || cm["tx.rtu"] != 1 || cm["tx.dreq"] < 1 || cm["rx.drep"] < 1 {
+		if cm["tx.req"] < 1 || cm["rx.rep"] < 1 || cm["tx.rtu"] < 1 || cm["tx.dreq"] < 1 || cm["rx.drep"] < 1 {
 			t.Errorf("the guest's CM, active side, sent/received: %v (want REQ, REP, RTU, DREQ, DREP)", cm)
 		}
 		if r.late && cm["retry.req"] < 1 {
 			t.Errorf("the guest's CM resent no REQ although the first was lost: %v", cm)
 		}
-	} else if cm["rx.req"] < 1 || cm["tx.rep"] < 1 || cm["rx.rtu"] != 1 || cm["rx.dreq"] < 1 || cm["tx.drep"] < 1 {
+	} else if cm["rx.req"] < 1 || cm["tx.rep"] < 1 || cm["rx.rtu"] < 1 || cm["rx.dreq"] < 1 || cm["tx.drep"] < 1 {
 		t.Errorf("the guest's CM, passive side, sent/received: %v (want REQ, REP, RTU, DREQ, DREP)", cm)
+	}
+	if drop != nil {
+		if n := drop.dropped(t); n != 1 {
+			t.Errorf("the tap dropped %d %s MADs, want 1", n, r.lose.name)
+		}
+		if msg := r.lose.check(cm); msg != "" {
+			t.Errorf("after the lost %s, the guest's CM counters: %v: %s", r.lose.name, cm, msg)
+		}
 	}
 	out, derr := exec.Command(bin, "dump", "--verify", res.capture).CombinedOutput()
 	if derr != nil {
@@ -192,7 +235,7 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (res rpingResult, 
 	}
 	flags := fmt.Sprintf("-C %d -S %d -v -V", r.count, r.size)
 	res.capture = filepath.Join(t.TempDir(), "rping.pcapng")
-	xd := append([]string{bin, "rping", "--dev", g.tap, "--link", "xsk", "--capture", res.capture}, strings.Fields(flags)...)
+	xd := append([]string{bin, "rping", "--dev", g.tap, "--link", r.link(), "--capture", res.capture}, strings.Fields(flags)...)
 	// rping's stderr goes to a file and follows its stdout, marked, so the two can be told
 	// apart; timeout bounds a server whose client never comes.
 	guestCmd := func(args string) string {
@@ -343,6 +386,37 @@ func (g *guest) cmListening(t *testing.T, server *job, port int, timeout time.Du
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// cmLosses are the rows with one CM message lost: xdproce's retries or the kernel's must
+// recover, as the guest's counters show where only one side can.
+var cmLosses = []struct {
+	xdServer bool
+	loss     madLoss
+}{
+	// Linux resends its REQ, or xdproce its REP: either may come first.
+	{true, madLoss{ingress: false, attr: attrREP, name: "REP", check: func(cmCounts) string { return "" }}},
+	// Only xdproce can recover: it resends the REP, Linux answers the duplicate with its RTU.
+	{true, madLoss{ingress: true, attr: attrRTU, name: "RTU", check: func(c cmCounts) string {
+		if c["dup.rep"] < 1 || c["tx.rtu"] < 2 {
+			return "want a duplicate REP received and the RTU sent again"
+		}
+		return ""
+	}}},
+	// Linux resends its REP, or xdproce its REQ (a duplicate to Linux).
+	{false, madLoss{ingress: true, attr: attrREP, name: "REP", check: func(c cmCounts) string {
+		if c["retry.rep"]+c["dup.req"] < 1 {
+			return "want the REP resent or a duplicate REQ received"
+		}
+		return ""
+	}}},
+	// Only xdproce can recover: it resends the DREQ, Linux answers the duplicate with a DREP.
+	{false, madLoss{ingress: true, attr: attrDREP, name: "DREP", check: func(c cmCounts) string {
+		if c["dup.dreq"] < 1 || c["tx.drep"] < 2 {
+			return "want a duplicate DREQ received and the DREP sent again"
+		}
+		return ""
+	}}},
 }
 
 // TestRpingLines checks rpingLines against rping's own output in the rxe capture's notes
