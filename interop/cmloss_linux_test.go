@@ -17,6 +17,7 @@ import (
 
 // CM MAD attribute IDs (IBA Vol 1, 16.7.1).
 const (
+	attrREQ  = 0x0010
 	attrREP  = 0x0013
 	attrRTU  = 0x0014
 	attrDREP = 0x0016
