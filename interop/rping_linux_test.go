@@ -273,8 +273,20 @@ func (r rpingRun) attempt(t *testing.T, g *guest, bin string) (res rpingResult, 
 		g.cmListening(t, j, rpingPort, 60*time.Second)
 		x = g.hostStart(t, append(xd, "-c", "-a", guestIP)...)
 	}
-	out, rc, jerr := j.wait(150 * time.Second)
-	_, xerr := x.wait(30 * time.Second)
+	// Wait for the client first: a server whose client failed waits on (the guest's for up to
+	// its timeout of 120 s).
+	var out string
+	var rc int
+	var jerr, xerr error
+	if r.xdServer {
+		out, rc, jerr = j.wait(150 * time.Second)
+		_, xerr = x.wait(30 * time.Second)
+	} else {
+		if _, xerr = x.wait(150 * time.Second); xerr != nil {
+			j.kill()
+		}
+		out, rc, jerr = j.wait(30 * time.Second)
+	}
 	for _, l := range strings.SplitAfter(out, "\n") {
 		if s, ok := strings.CutPrefix(l, "stderr: "); ok {
 			res.toolErr += s
