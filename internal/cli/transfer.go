@@ -300,7 +300,8 @@ func closeDevice(env *Env, dev *device) {
 	st := dev.Stats()
 	env.Log.Debug("device stats", "tx_frames", st.TxFrames, "tx_bytes", st.TxBytes, "rx_frames", st.RxFrames,
 		"rx_bytes", st.RxBytes, "drop_bad_icrc", st.DropBadICRC, "drop_malformed", st.DropMalformed,
-		"drop_unknown_qpn", st.DropUnknownQPN)
+		"drop_unknown_qpn", st.DropUnknownQPN, "retransmits", st.Retransmits, "timeouts", st.Timeouts,
+		"seq_naks", st.SeqNAKs, "duplicates", st.Duplicates, "qp_dropped", st.QPDropped)
 	if err := dev.Close(); err != nil {
 		env.Log.Warn("close device", "err", err)
 	}
