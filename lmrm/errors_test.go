@@ -95,16 +95,24 @@ func failing(t *testing.T, pr *pair) error {
 	return nil
 }
 
-// TestRevokeWrite: a write into a pool the provider revoked (and
-// deregistered) after the requester reserved the slot completes with a
-// remote access error; the requester reports ErrRevoked from then on.
-func TestRevokeWrite(t *testing.T) {
+// reservedSlot makes a pair with a provider, a pool of 4 slots of 64 B and
+// one slot reserved.
+func reservedSlot(t *testing.T) (*pair, lmrm.Slot) {
+	t.Helper()
 	pr := newPair(t, lmrm.Config{}, &lmrm.ProviderConfig{})
 	pr.alloc(t, 4*64, 64)
 	s, err := pr.r.Reserve()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pr, s
+}
+
+// TestRevokeWrite: a write into a pool the provider revoked (and
+// deregistered) after the requester reserved the slot completes with a
+// remote access error; the requester reports ErrRevoked from then on.
+func TestRevokeWrite(t *testing.T) {
+	pr, s := reservedSlot(t)
 	if err := pr.p.Revoke(0); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +122,7 @@ func TestRevokeWrite(t *testing.T) {
 	if err := pr.r.Write(s, []byte("late")); err != nil {
 		t.Fatal(err)
 	}
-	err = failing(t, pr)
+	err := failing(t, pr)
 	if !errors.Is(err, lmrm.ErrRevoked) || !strings.Contains(err.Error(), roce.WCRemAccessErr.String()) {
 		t.Fatalf("requester: %v, want ErrRevoked with %v", err, roce.WCRemAccessErr)
 	}
@@ -318,5 +326,26 @@ func TestHostileRequester(t *testing.T) {
 	}
 	if len(pr.got) != 1 {
 		t.Fatalf("%d messages delivered, want 1", len(pr.got))
+	}
+}
+
+// TestWriteRetryExceeded: a write that no one answers (the provider's queue
+// pair destroyed after the grant: its device drops the frames) completes
+// with RETRY_EXC_ERR once the retries run out; the requester fails with that
+// status, not ErrRevoked (the provider revoked nothing).
+func TestWriteRetryExceeded(t *testing.T) {
+	pr, s := reservedSlot(t)
+	if err := pr.qb.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.r.Write(s, []byte("unanswered")); err != nil {
+		t.Fatal(err)
+	}
+	err := failing(t, pr)
+	if errors.Is(err, lmrm.ErrRevoked) || !strings.Contains(err.Error(), roce.WCRetryExcErr.String()) {
+		t.Fatalf("requester: %v, want %v without ErrRevoked", err, roce.WCRetryExcErr)
+	}
+	if _, err := pr.r.Reserve(); err == nil || errors.Is(err, lmrm.ErrRevoked) {
+		t.Fatalf("Reserve after the failed write: %v, want the write's failure", err)
 	}
 }

@@ -275,8 +275,10 @@ func (r *Requester) Write(s Slot, data []byte) error {
 // Progress handles what completed: the provider's answers, releases and
 // revocations, and the completions of writes. A write the provider refused
 // (remote access error: the pool was deregistered, or its rkey was wrong)
-// fails the requester with ErrRevoked; a malformed or hostile message fails
-// it with ErrProtocol. Failures are sticky.
+// fails the requester with ErrRevoked; a write that failed otherwise (its
+// retries exhausted, the queue pair in error) fails it with the completion
+// status; a malformed or hostile message fails it with ErrProtocol.
+// Failures are sticky.
 func (r *Requester) Progress() error { return r.progress(context.Background(), false) }
 
 // Wait is Progress that first blocks until a completion is there. When ctx
@@ -308,6 +310,11 @@ func (r *Requester) complete(wc *roce.WC, msg []byte) error {
 			return nil
 		}
 		pi, si := int(wc.ID>>20&0xFF), wc.ID&(MaxSlots-1)
+		if wc.Status != roce.WCRemAccessErr {
+			// Not the provider's refusal: the path or the queue pair
+			// failed (retries exhausted, flushed), the pool stands.
+			return fmt.Errorf("write into pool %d slot %d completed with %v", pi, si, wc.Status)
+		}
 		if pi < len(r.pools) {
 			r.pools[pi].revoked = true
 		}
