@@ -67,6 +67,9 @@ type Config struct {
 	// Ring is the size of each port's rings (0: shm.DefaultRing); with the
 	// MTU it sets the port's shared memory, the daemon's memory per client.
 	Ring int
+	// MaxShared bounds the memory each client shares with the daemon for
+	// direct placement (0: DefaultMaxShare); the daemon maps it.
+	MaxShared int64
 	// Log receives the daemon's events (nil: discarded).
 	Log *slog.Logger
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/place"
 )
 
 // counters are the daemon's own, beside each client's.
@@ -52,6 +53,10 @@ func (d *Daemon) Stats() Stats {
 // of the shared memory first and only the copy is read and forwarded.
 func (d *Daemon) fromClient(c *client, frame []byte) {
 	c.fromClient.Add(1)
+	if place.Is(frame) {
+		d.fromClientPlace(c, frame) // place_linux.go
+		return
+	}
 	n := copy(c.snap[:], frame)
 	snap := c.snap[:n]
 	h := &c.hdr
