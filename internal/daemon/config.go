@@ -86,6 +86,13 @@ type Stats struct {
 	EgressFull     uint64
 	WireErrors     uint64
 	DropNoNeighbor uint64 // frames from clients without a MAC (another namespace) whose next hop is not resolved yet
+	// Direct placement (place_linux.go).
+	Placed         uint64 // messages copied between clients' shared regions
+	PlacedBytes    uint64 // their bytes
+	PlaceFallbacks uint64 // requests sent back to be sent as frames (no local owner, memory not shared)
+	PlaceAnswered  uint64 // requests answered without a copy (duplicates, NAKs)
+	PlaceBad       uint64 // placement messages refused (malformed, foreign segments or QPNs, stale answers)
+	PlaceFailed    uint64 // copies refused after the answer (a region went)
 	Clients        []ClientStats
 }
 
@@ -103,6 +110,8 @@ type ClientStats struct {
 	DropBadSource uint64
 	DropMalformed uint64
 	Overflow      uint64
-	Services      int // RDMA CM service IDs it listens on
-	Groups        int // multicast groups it joined
+	Services      int   // RDMA CM service IDs it listens on
+	Groups        int   // multicast groups it joined
+	Regions       int   // memory regions it shares for direct placement
+	SharedBytes   int64 // their bytes (mapped by the daemon)
 }

@@ -44,15 +44,28 @@ type scriptSide struct {
 }
 
 func newScriptSide(t *testing.T, d *roce.Device, size int) *scriptSide {
-	s := &scriptSide{dev: d, buf: make([]byte, size)}
+	return newScriptSideMR(t, d, size, false)
+}
+
+// newScriptSideMR is newScriptSide with the buffer from PD.AllocMR when
+// alloc is set (daemon-shared memory on a daemon client).
+func newScriptSideMR(t *testing.T, d *roce.Device, size int, alloc bool) *scriptSide {
+	s := &scriptSide{dev: d}
 	pd := d.AllocPD()
 	var err error
 	if s.cq, err = d.CreateCQ(4096); err != nil {
 		t.Fatal(err)
 	}
-	if s.mr, err = pd.RegMR(s.buf, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead); err != nil {
+	const access = roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead
+	if alloc {
+		s.mr, err = pd.AllocMR(size, access)
+	} else {
+		s.mr, err = pd.RegMR(make([]byte, size), access)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
+	s.buf = s.mr.Bytes()
 	if s.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 256, MaxRecvWR: 256}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +95,13 @@ func (s *scriptSide) wait(t *testing.T, n int) []wcRec {
 // receives, in chunk-sized work requests, checking the bytes after each
 // step; it returns both sides' completions.
 func script(t *testing.T, da, db *roce.Device, size, chunk int) []wcRec {
-	a := newScriptSide(t, da, 2*size)
-	b := newScriptSide(t, db, size)
+	return scriptMR(t, da, db, size, chunk, false)
+}
+
+// scriptMR is script with the buffers from PD.AllocMR when alloc is set.
+func scriptMR(t *testing.T, da, db *roce.Device, size, chunk int, alloc bool) []wcRec {
+	a := newScriptSideMR(t, da, 2*size, alloc)
+	b := newScriptSideMR(t, db, size, alloc)
 	if err := a.qp.Connect(1, endpoint(t, db, b.qp, 2), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,10 @@ func (q *QP) reqPlace(out Output) (st reqState, handled bool) {
 	r.off = 0
 	r.sinceAckReq = 0
 	r.size = n
-	if q.win.sent(psn, r.psn, true, n, q.e.now) {
+	// No AckReq for the window: the daemon's copy, not a path, answers,
+	// so round trips vary with the size of what is queued before; a lost
+	// answer (a full port) is left to the local ACK timer.
+	if q.win.sent(psn, r.psn, false, n, q.e.now) {
 		q.stats.inc(CtrRetransmits)
 	}
 	return reqGetWQE, true
