@@ -98,3 +98,126 @@ func TestPrivilegedPlacement(t *testing.T) {
 		}
 	}
 }
+
+// errorScript runs failing and immediate-data work requests between da
+// and db, each case on a fresh pair of queue pairs, and returns the
+// completions of both sides in order: a WRITE and a READ with a bad rkey
+// (remote access error, the WR behind flushed), a SEND longer than the
+// receive buffer (invalid request; the receive completes with a length
+// error), a SEND finding no receive with rnr_retry 0, then a WRITE with
+// immediate and a SEND with immediate that succeed.
+func errorScript(t *testing.T, da, db *roce.Device, alloc bool) []wcRec {
+	pair := func(o *roce.ConnectOptions) (*scriptSide, *scriptSide) {
+		a, b := newScriptSideMR(t, da, 8192, alloc), newScriptSideMR(t, db, 8192, alloc)
+		if err := a.qp.Connect(1, endpoint(t, db, b.qp, 2), o); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.qp.Connect(2, endpoint(t, da, a.qp, 1), o); err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	}
+	sgl := func(s *scriptSide, n int) []roce.SGE {
+		return []roce.SGE{{Addr: s.mr.Addr(), Length: uint32(n), LKey: s.mr.LKey()}}
+	}
+	post := func(a, b *scriptSide, id uint64, op roce.WROpcode, n int, rkey uint32) {
+		if err := a.qp.PostSend(roce.SendWR{ID: id, Opcode: op, Flags: roce.Signaled, SGL: sgl(a, n),
+			RemoteAddr: b.mr.Addr(), RKey: rkey, Imm: 0x1234}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(b *scriptSide, id uint64, n int) {
+		if err := b.qp.PostRecv(roce.RecvWR{ID: id, SGL: sgl(b, n)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []wcRec
+	a, b := pair(nil)
+	post(a, b, 1, roce.WRRDMAWrite, 4096, b.mr.RKey()+1)
+	post(a, b, 2, roce.WRRDMAWrite, 4096, b.mr.RKey())
+	all = append(all, a.wait(t, 2)...)
+	a, b = pair(nil)
+	post(a, b, 3, roce.WRRDMARead, 4096, b.mr.RKey()^0x100)
+	all = append(all, a.wait(t, 1)...)
+	a, b = pair(nil)
+	recv(b, 4, 64)
+	post(a, b, 5, roce.WRSend, 128, 0)
+	all = append(all, a.wait(t, 1)...)
+	all = append(all, b.wait(t, 1)...)
+	o := roce.DefaultConnectOptions()
+	o.RNRRetry, o.MinRNRTimer = 0, 1
+	a, _ = pair(&o)
+	post(a, b, 6, roce.WRSend, 256, 0)
+	all = append(all, a.wait(t, 1)...)
+	a, b = pair(nil)
+	recv(b, 7, 8192)
+	recv(b, 8, 8192)
+	post(a, b, 9, roce.WRRDMAWriteImm, 8192, b.mr.RKey())
+	post(a, b, 10, roce.WRSendImm, 100, 0)
+	all = append(all, a.wait(t, 2)...)
+	all = append(all, b.wait(t, 2)...)
+	return all
+}
+
+// TestPrivilegedPlacementErrors: errorScript's completions by placement
+// (two daemon clients, regions from AllocMR) equal those over link/pipe,
+// and the daemon placed them (no RoCE frame switched).
+func TestPrivilegedPlacementErrors(t *testing.T) {
+	netlab.Privileged(t)
+	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := []netip.Addr{netip.MustParseAddr("198.51.100.1")}
+	pa, err := roce.NewDevice(la, &roce.Options{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	pb, err := roce.NewDevice(lb, &roce.Options{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pb.Close()
+	want := errorScript(t, pa, pb, true)
+	t.Logf("over link/pipe: %+v", want)
+
+	x, y, d := daemonClients(t)
+	got := errorScript(t, x, y, true)
+	if !slices.Equal(got, want) {
+		t.Errorf("by placement: %+v", got)
+	}
+	st := d.Stats()
+	t.Logf("daemon: placed %d, answered %d, fallbacks %d, bad %d, failed %d; switched %d",
+		st.Placed, st.PlaceAnswered, st.PlaceFallbacks, st.PlaceBad, st.PlaceFailed, st.Switched)
+	if st.Switched != 0 || st.Placed < 2 || st.PlaceAnswered < 4 || st.PlaceBad+st.PlaceFailed != 0 {
+		t.Errorf("daemon stats %+v", st)
+	}
+}
+
+// daemonClients starts a daemon on a veth by AF_XDP and attaches two
+// devices to it, all closed at the test's end.
+func daemonClients(t *testing.T) (x, y *roce.Device, d *Daemon) {
+	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	if err := topo.A.NS.Do(func() error {
+		var err error
+		if d, err = Start(Config{Interface: topo.A.Name, Socket: sock, Link: roce.LinkXSK}); err != nil {
+			return err
+		}
+		t.Cleanup(func() { d.Close() })
+		o := &roce.Options{Link: roce.LinkDaemon, Daemon: sock}
+		if x, err = roce.Open(topo.A.Name, o); err != nil {
+			return err
+		}
+		t.Cleanup(func() { x.Close() })
+		if y, err = roce.Open(topo.A.Name, o); err != nil {
+			return err
+		}
+		t.Cleanup(func() { y.Close() })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return x, y, d
+}
