@@ -95,13 +95,14 @@ func (s *scriptSide) wait(t *testing.T, n int) []wcRec {
 // receives, in chunk-sized work requests, checking the bytes after each
 // step; it returns both sides' completions.
 func script(t *testing.T, da, db *roce.Device, size, chunk int) []wcRec {
-	return scriptMR(t, da, db, size, chunk, false)
+	return scriptMR(t, da, db, size, chunk, false, false)
 }
 
-// scriptMR is script with the buffers from PD.AllocMR when alloc is set.
-func scriptMR(t *testing.T, da, db *roce.Device, size, chunk int, alloc bool) []wcRec {
-	a := newScriptSideMR(t, da, 2*size, alloc)
-	b := newScriptSideMR(t, db, size, alloc)
+// scriptMR is script with a's and b's buffers from PD.AllocMR when allocA,
+// allocB are set.
+func scriptMR(t *testing.T, da, db *roce.Device, size, chunk int, allocA, allocB bool) []wcRec {
+	a := newScriptSideMR(t, da, 2*size, allocA)
+	b := newScriptSideMR(t, db, size, allocB)
 	if err := a.qp.Connect(1, endpoint(t, db, b.qp, 2), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -290,9 +291,14 @@ func TestPrivilegedWire(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer y.Close()
-			script(t, x, y, 8<<20, 256<<10)
+			// The daemon client's buffer is daemon-shared memory: its peer
+			// is on the wire, so it sends frames (no placement request).
+			scriptMR(t, x, y, 8<<20, 256<<10, true, true)
+			if ps := x.PlaceStats(); ps.Regions != 1 || ps.Requests != 0 {
+				t.Errorf("placement stats %+v: want one region and no request", ps)
+			}
 			st := d.Stats()
-			if st.WireRx < 1000 || st.WireTx < 1000 || st.Switched != 0 {
+			if st.WireRx < 1000 || st.WireTx < 1000 || st.Switched != 0 || st.Placed != 0 {
 				t.Errorf("daemon stats %+v", st)
 			}
 			t.Logf("%s: link %q; daemon: %d frames in, %d out, %d dropped waiting for a MAC",

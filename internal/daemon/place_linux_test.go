@@ -36,7 +36,7 @@ func TestPrivilegedPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pb.Close()
-	want := scriptMR(t, pa, pb, size, chunk, true)
+	want := scriptMR(t, pa, pb, size, chunk, true, true)
 	if st := pa.PlaceStats(); st.Regions != 0 || st.Requests != 0 {
 		t.Errorf("a device over link/pipe shares memory: %+v", st)
 	}
@@ -63,7 +63,7 @@ func TestPrivilegedPlacement(t *testing.T) {
 	defer x.Close()
 	defer y.Close()
 	before := vethBytes(t, topo.A.NS, topo.A.Name)
-	got := scriptMR(t, x, y, size, chunk, true)
+	got := scriptMR(t, x, y, size, chunk, true, true)
 	if moved := vethBytes(t, topo.A.NS, topo.A.Name) - before; moved > 4096 {
 		t.Errorf("the veth moved %d bytes", moved)
 	}
@@ -220,4 +220,46 @@ func daemonClients(t *testing.T) (x, y *roce.Device, d *Daemon) {
 		t.Fatal(err)
 	}
 	return x, y, d
+}
+
+// TestPrivilegedPlacementFallback: placement applies only where both
+// sides' memory is daemon-shared. a's shared regions to b's ordinary
+// memory: b's responder answers the first request Fallback, a sends that
+// message and every later one as frames, switched port to port; a's
+// ordinary memory never makes a request. Either way the completions equal
+// link/pipe's and the bytes arrive.
+func TestPrivilegedPlacementFallback(t *testing.T) {
+	netlab.Privileged(t)
+	const size, chunk = 4 << 20, 64 << 10
+	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := []netip.Addr{netip.MustParseAddr("198.51.100.1")}
+	pa, err := roce.NewDevice(la, &roce.Options{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	pb, err := roce.NewDevice(lb, &roce.Options{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pb.Close()
+	want := script(t, pa, pb, size, chunk)
+	x, y, d := daemonClients(t)
+	if got := scriptMR(t, x, y, size, chunk, true, false); !slices.Equal(got, want) {
+		t.Errorf("shared to ordinary memory: completions differ from link/pipe's")
+	}
+	ps, st := x.PlaceStats(), d.Stats()
+	t.Logf("requester %+v; daemon: switched %d, placed %d, fallbacks %d", ps, st.Switched, st.Placed, st.PlaceFallbacks)
+	if ps.Fallbacks != 1 || ps.Requests == 0 || st.Placed != 0 || st.PlaceFallbacks == 0 || st.Switched < uint64(3*size/4096) {
+		t.Errorf("fallback: requester %+v, daemon %+v", ps, st)
+	}
+	if got := scriptMR(t, y, x, size, chunk, false, true); !slices.Equal(got, want) {
+		t.Errorf("ordinary to shared memory: completions differ from link/pipe's")
+	}
+	if ps := y.PlaceStats(); ps.Requests != 0 {
+		t.Errorf("a requester with ordinary memory made %d placement requests", ps.Requests)
+	}
 }

@@ -210,6 +210,9 @@ func (q *QP) PlaceAck(m *place.Msg, now int64, out Output) {
 			p.off = true
 			q.placeCount(2, &p.st.Fallbacks)
 		}
+		// The responder answers in order: everything before the refused
+		// message is answered, everything from it on is resent as frames.
+		p.lastPlaced = false
 		q.rewind(m.PSN)
 		return
 	case place.AETH:
