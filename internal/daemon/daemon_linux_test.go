@@ -27,7 +27,7 @@ type wcRec struct {
 }
 
 // endpoint of a device's queue pair for Connect: its IPv4 GID.
-func endpoint(t *testing.T, d *roce.Device, q *roce.QP, psn uint32) roce.Endpoint {
+func endpoint(t testing.TB, d *roce.Device, q *roce.QP, psn uint32) roce.Endpoint {
 	gid, err := d.GID(1)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func newScriptSide(t *testing.T, d *roce.Device, size int) *scriptSide {
 
 // newScriptSideMR is newScriptSide with the buffer from PD.AllocMR when
 // alloc is set (daemon-shared memory on a daemon client).
-func newScriptSideMR(t *testing.T, d *roce.Device, size int, alloc bool) *scriptSide {
+func newScriptSideMR(t testing.TB, d *roce.Device, size int, alloc bool) *scriptSide {
 	s := &scriptSide{dev: d}
 	pd := d.AllocPD()
 	var err error

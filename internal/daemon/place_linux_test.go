@@ -197,7 +197,7 @@ func TestPrivilegedPlacementErrors(t *testing.T) {
 
 // daemonClients starts a daemon on a veth by AF_XDP and attaches two
 // devices to it, all closed at the test's end.
-func daemonClients(t *testing.T) (x, y *roce.Device, d *Daemon) {
+func daemonClients(t testing.TB) (x, y *roce.Device, d *Daemon) {
 	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	if err := topo.A.NS.Do(func() error {
