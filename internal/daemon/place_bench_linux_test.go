@@ -9,42 +9,49 @@ import (
 	"github.com/xdproce/xdproce/roce"
 )
 
-// BenchmarkPrivilegedPlacementWrite64K: 64 KiB RDMA WRITEs between two clients of a
-// daemon by direct placement (regions from PD.AllocMR, up to 32 in flight),
-// alternated in rounds of 64 with a plain copy of the same 64 KiB between
-// the same two buffers, in the same run. It reports both rates and their
-// ratio (issue 17's target: placed/memcpy >= 0.5); nothing is asserted.
+// BenchmarkPrivilegedPlacementWrite64K: 64 KiB RDMA WRITEs between two
+// clients of a daemon by direct placement (regions from PD.AllocMR, up to
+// 32 in flight), alternated in rounds of 64 with the same WRITEs between
+// ordinary memory (frames switched by the daemon) and with a plain copy
+// between the placed WRITEs' two buffers, in the same run. It reports the
+// rates and the ratios (issue 17's target: placed/memcpy >= 0.5); nothing
+// is asserted.
 // Run it alone: flock /tmp/xdproce-bench.lock go test -run '^$' -bench
 // PrivilegedPlacementWrite64K ./internal/daemon
 func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 	netlab.Privileged(b)
 	const size, round, depth = 64 << 10, 64, 32
 	x, y, _ := daemonClients(b)
-	sa := newScriptSideMR(b, x, size, true)
-	sb := newScriptSideMR(b, y, size, true)
-	if err := sa.qp.Connect(1, endpoint(b, y, sb.qp, 2), nil); err != nil {
-		b.Fatal(err)
+	// pair connects two queue pairs over size-byte buffers (from AllocMR
+	// when alloc) and returns their WRITE and the requester's side.
+	pair := func(alloc bool) (roce.SendWR, *scriptSide, *scriptSide) {
+		sa, sb := newScriptSideMR(b, x, size, alloc), newScriptSideMR(b, y, size, alloc)
+		if err := sa.qp.Connect(1, endpoint(b, y, sb.qp, 2), nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.qp.Connect(2, endpoint(b, x, sa.qp, 1), nil); err != nil {
+			b.Fatal(err)
+		}
+		return roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
+			SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: size, LKey: sa.mr.LKey()}},
+			RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}, sa, sb
 	}
-	if err := sb.qp.Connect(2, endpoint(b, x, sa.qp, 1), nil); err != nil {
-		b.Fatal(err)
-	}
-	wr := roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
-		SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: size, LKey: sa.mr.LKey()}},
-		RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}
+	pwr, pa, pb := pair(true)
+	swr, sa, _ := pair(false)
 	wcs := make([]roce.WC, depth)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// placed writes n WRITEs, keeping up to depth in flight.
-	placed := func(n int) {
+	// write posts n WRITEs on s, keeping up to depth in flight.
+	write := func(s *scriptSide, wr roce.SendWR, n int) {
 		posted, done := 0, 0
 		for done < n {
 			for posted < n && posted-done < depth {
-				if err := sa.qp.PostSend(wr); err != nil {
+				if err := s.qp.PostSend(wr); err != nil {
 					b.Fatal(err)
 				}
 				posted++
 			}
-			k, err := sa.cq.Wait(ctx, wcs)
+			k, err := s.cq.Wait(ctx, wcs)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -56,27 +63,33 @@ func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 			done += k
 		}
 	}
-	placed(round) // warm up: the window opens
-	var tPlace, tCopy time.Duration
+	write(pa, pwr, round) // warm up: the windows open
+	write(sa, swr, round)
+	var tPlace, tSwitch, tCopy time.Duration
 	b.SetBytes(size)
 	b.ResetTimer()
 	for left := b.N; left > 0; left -= round {
 		n := min(round, left)
 		t0 := time.Now()
-		placed(n)
+		write(pa, pwr, n)
 		t1 := time.Now()
+		write(sa, swr, n)
+		t2 := time.Now()
 		for range n {
-			copy(sb.buf, sa.buf)
+			copy(pb.buf, pa.buf)
 		}
 		tPlace += t1.Sub(t0)
-		tCopy += time.Since(t1)
+		tSwitch += t2.Sub(t1)
+		tCopy += time.Since(t2)
 	}
 	b.StopTimer()
 	mb := float64(b.N) * size / 1e6
-	if tPlace > 0 && tCopy > 0 {
+	if tPlace > 0 && tCopy > 0 && tSwitch > 0 {
 		b.ReportMetric(mb/tPlace.Seconds(), "placed-MB/s")
+		b.ReportMetric(mb/tSwitch.Seconds(), "switched-MB/s")
 		b.ReportMetric(mb/tCopy.Seconds(), "memcpy-MB/s")
 		b.ReportMetric(tCopy.Seconds()/tPlace.Seconds(), "placed/memcpy")
+		b.ReportMetric(tSwitch.Seconds()/tPlace.Seconds(), "placed/switched")
 	}
 	if st := x.PlaceStats(); st.Requests < uint64(b.N) || st.Fallbacks != 0 {
 		b.Fatalf("placement stats %+v after %d writes", st, b.N)
