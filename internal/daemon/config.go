@@ -20,8 +20,10 @@
 // QP1 is every client's: the daemon steers each RDMA CM MAD to the client
 // it is for (cm_linux.go). Multicast groups are joined on the interface for
 // the clients that ask, and group frames fan out to every member
-// (mcast_linux.go). Not here yet (issue 17): out-of-order contexts
-// device-wide, direct placement into daemon-shared memory regions.
+// (mcast_linux.go). Clients share memory regions with the daemon, which
+// then places RC messages between them memory to memory (mem_linux.go,
+// place_linux.go; docs/placement.md). Not here yet (issue 17):
+// out-of-order contexts device-wide, daemon-placed atomics.
 package daemon
 
 import (
