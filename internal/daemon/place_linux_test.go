@@ -14,8 +14,9 @@ import (
 // TestPrivilegedPlacement: two clients of a daemon holding a veth by
 // AF_XDP move 16 MiB by RDMA WRITE, READ and SEND between regions from
 // PD.AllocMR byte-exact by direct placement: every work request is one
-// placement request, no responder fell back, the daemon switched no RoCE
-// frame and sent none to the wire, the veth's counters stayed still, and
+// placement request, no responder fell back, every frame on the ports was
+// a placement message (the daemon switched no RoCE frame and sent none to
+// the wire), the veth's counters stayed still, and
 // the work completions (ID, opcode, status, length) equal those of the
 // same script over link/pipe (where AllocMR gives ordinary memory).
 func TestPrivilegedPlacement(t *testing.T) {
@@ -92,10 +93,17 @@ func TestPrivilegedPlacement(t *testing.T) {
 		st.PlacedBytes < 3*size || st.PlaceFallbacks+st.PlaceBad+st.PlaceFailed != 0 {
 		t.Errorf("daemon stats %+v: want %d placed, nothing switched", st, wrs)
 	}
+	// Every frame either client put on its port was a placement message:
+	// a's requests and b's answers, nothing else.
+	var from uint64
 	for _, c := range st.Clients {
-		if c.FromClient != c.ToClient && c.Regions != 1 {
+		from += c.FromClient
+		if c.Regions != 1 || c.DropMalformed != 0 {
 			t.Errorf("client %+v", c)
 		}
+	}
+	if from != sx.Requests+sy.Answers {
+		t.Errorf("%d frames from the clients, %d placement requests and answers", from, sx.Requests+sy.Answers)
 	}
 }
 
