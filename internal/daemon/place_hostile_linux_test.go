@@ -226,6 +226,12 @@ func TestPlacementHostile(t *testing.T) {
 	if _, err := d.addRegion(x.a, sealedMemfd(t, 4096)); err == nil {
 		t.Error("a departed client shared a region")
 	}
+	// Beyond the limit on shared memory: refused.
+	d.cfg.MaxShared = 64<<10 + 4096
+	if _, err := d.addRegion(x.b, sealedMemfd(t, 8192)); err == nil {
+		t.Error("a region past the client's limit was shared")
+	}
+	d.cfg.MaxShared = 0
 	// Memory a client could shrink under a copy is refused.
 	fd, err := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/link/pipe"
@@ -269,5 +270,56 @@ func TestPrivilegedPlacementFallback(t *testing.T) {
 	}
 	if ps := y.PlaceStats(); ps.Requests != 0 {
 		t.Errorf("a requester with ordinary memory made %d placement requests", ps.Requests)
+	}
+}
+
+// TestPrivilegedAllocMR: on a daemon client AllocMR shares a region with
+// the daemon (counted on both sides) and Deregister takes it back before it
+// returns; a device that goes takes its regions with it.
+func TestPrivilegedAllocMR(t *testing.T) {
+	netlab.Privileged(t)
+	x, y, d := daemonClients(t)
+	pd := x.AllocPD()
+	if _, err := pd.AllocMR(0, roce.LocalWrite); err == nil {
+		t.Error("AllocMR(0) succeeded")
+	}
+	m, err := pd.AllocMR(1<<20+1, roce.LocalWrite|roce.RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Bytes()) != 1<<20+1 {
+		t.Errorf("AllocMR gave %d bytes", len(m.Bytes()))
+	}
+	m.Bytes()[1<<20] = 7
+	shared := func() (n int, bytes int64) {
+		for _, c := range d.Stats().Clients {
+			n += c.Regions
+			bytes += c.SharedBytes
+		}
+		return n, bytes
+	}
+	if n, b := shared(); n != 1 || b != 1<<20+4096 { // whole pages
+		t.Errorf("daemon maps %d regions, %d bytes", n, b)
+	}
+	if st := x.PlaceStats(); st.Regions != 1 || st.SharedBytes != 1<<20+1 {
+		t.Errorf("device: %+v", st)
+	}
+	if err := m.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := shared(); n != 0 || x.PlaceStats().Regions != 0 {
+		t.Errorf("after Deregister the daemon maps %d regions, the device lists %d", n, x.PlaceStats().Regions)
+	}
+	if _, err := y.AllocPD().AllocMR(4096, roce.LocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	y.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, _ := shared(); n == 0 && len(d.Stats().Clients) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon still maps a closed client's region: %+v", d.Stats().Clients)
+		}
 	}
 }
