@@ -24,6 +24,7 @@ type wcRec struct {
 	Opcode  string
 	Status  string
 	ByteLen uint32
+	Imm     uint32 // the immediate data, when the completion carries it
 }
 
 // endpoint of a device's queue pair for Connect: its IPv4 GID.
@@ -84,7 +85,11 @@ func (s *scriptSide) wait(t *testing.T, n int) []wcRec {
 			t.Fatalf("after %d of %d completions: %v", len(out), n, err)
 		}
 		for _, wc := range wcs[:k] {
-			out = append(out, wcRec{wc.ID, wc.Opcode.String(), wc.Status.String(), wc.ByteLen})
+			r := wcRec{ID: wc.ID, Opcode: wc.Opcode.String(), Status: wc.Status.String(), ByteLen: wc.ByteLen}
+			if wc.WithImm {
+				r.Imm = wc.ImmData
+			}
+			out = append(out, r)
 		}
 	}
 	return out
