@@ -41,17 +41,24 @@ type PlaceStats struct {
 }
 
 type placeState struct {
-	placer     atomic.Pointer[Placer]
+	placer     atomic.Pointer[placeScratch]
 	off        bool // a responder refused: frames only from now on
 	lastPlaced bool // the last message started went by placement
-	msg        place.Msg
-	pkt        wire.Packet
 	// Receive completions of placed messages waiting for the daemon's
 	// Done, in order (a ring; nil until first used).
 	recv       []WC
 	rHead, rN  int
 	st         PlaceStats
 	statsShare [4]atomic.Uint64 // st published for PlaceStats
+}
+
+// placeScratch is a placing queue pair's placer and the engine's scratch
+// for its messages, made by SetPlacer (a queue pair that never places
+// carries none of it).
+type placeScratch struct {
+	pl  Placer
+	msg place.Msg
+	pkt wire.Packet
 }
 
 // SetPlacer lets the queue pair place messages through p (nil: never).
@@ -61,14 +68,7 @@ func (q *QP) SetPlacer(p Placer) {
 		q.plc.placer.Store(nil)
 		return
 	}
-	q.plc.placer.Store(&p)
-}
-
-func (q *QP) placerOf() Placer {
-	if p := q.plc.placer.Load(); p != nil {
-		return *p
-	}
-	return nil
+	q.plc.placer.Store(&placeScratch{pl: p})
 }
 
 // PlaceStats returns the queue pair's placement counters.
@@ -133,11 +133,11 @@ func (q *QP) segments(pl Placer, sgl []mr.SGE, length uint64, need mr.Access, m 
 // frames from being in flight together (reqWait until the window empties).
 func (q *QP) reqPlace(out Output) (st reqState, handled bool) {
 	r, w, p := &q.req, q.req.w, &q.plc
-	pl := q.placerOf()
-	if pl == nil || q.typ != RC {
+	x := p.placer.Load()
+	if x == nil || q.typ != RC {
 		return 0, false
 	}
-	m := &p.msg
+	pl, m := x.pl, &x.msg
 	op := placeOp(w.opcode)
 	ok := !p.off && !q.win.sr.on && op != 0 && w.inline == nil && r.off == 0 && r.psn == w.firstPSN
 	if ok {
@@ -196,7 +196,8 @@ func (q *QP) PlaceAck(m *place.Msg, now int64, out Output) {
 	if q.ctlGen.Load() != q.e.ctlSeen {
 		q.applyCtl()
 	}
-	if q.typ != RC || q.e.state != RTS || !q.win.wasSent(m.PSN) {
+	x := p.placer.Load()
+	if x == nil || q.typ != RC || q.e.state != RTS || !q.win.wasSent(m.PSN) {
 		q.placeCount(3, &p.st.Dropped)
 		return
 	}
@@ -227,7 +228,7 @@ func (q *QP) PlaceAck(m *place.Msg, now int64, out Output) {
 			w.done = true
 		}
 	}
-	k := &p.pkt
+	k := &x.pkt
 	*k = wire.Packet{}
 	k.BTH.Opcode, k.BTH.PSN, k.BTH.DestQPN = wire.RCAck, m.PSN, q.qpn
 	k.AETH = wire.AETH{Syndrome: m.Syndrome, MSN: m.MSN}

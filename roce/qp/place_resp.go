@@ -24,8 +24,8 @@ func (q *QP) PlaceInd(m *place.Msg, now int64, out Output) {
 	if q.ctlGen.Load() != q.e.ctlSeen {
 		q.applyCtl()
 	}
-	pl := q.placerOf()
-	if pl == nil || q.typ != RC || (q.e.state != RTR && q.e.state != RTS) || m.SrcQPN != q.e.attr.DestQPN ||
+	x := p.placer.Load()
+	if x == nil || q.typ != RC || (q.e.state != RTR && q.e.state != RTS) || m.SrcQPN != q.e.attr.DestQPN ||
 		p.rN == maxPlacedRecvs {
 		q.placeCount(3, &p.st.Dropped)
 		return
@@ -35,9 +35,9 @@ func (q *QP) PlaceInd(m *place.Msg, now int64, out Output) {
 		q.placeCount(3, &p.st.Dropped) // nothing changed: the requester resends
 		return
 	}
-	a := &p.msg
+	a := &x.msg
 	*a = place.Msg{Kind: place.KindAns, Op: m.Op, Tag: m.Tag, SrcQPN: m.SrcQPN, DstQPN: q.qpn}
-	send, fail := q.placeCheck(pl, m, a)
+	send, fail := q.placeCheck(x.pl, m, a)
 	if !send {
 		q.placeCount(3, &p.st.Dropped)
 		return
