@@ -39,6 +39,7 @@ const (
 	DefaultQPNs       = 4096
 	DefaultMaxClients = 64
 	DefaultMode       = 0o660
+	DefaultMaxShare   = 16 << 30 // Config.MaxShared when 0
 )
 
 // Config configures a daemon.

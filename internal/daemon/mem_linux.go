@@ -17,11 +17,8 @@ import (
 // lock, when the client deregisters the region or goes, so no copy runs
 // into an unmapped region.
 
-// Limits of a client's shared memory.
-const (
-	maxRegions      = 4096
-	DefaultMaxShare = 16 << 30 // Config.MaxShared when 0
-)
+// maxRegions bounds a client's shared regions.
+const maxRegions = 4096
 
 // regions are one client's shared memory regions (guarded by Daemon.memMu).
 type regions struct {
