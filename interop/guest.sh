@@ -15,15 +15,18 @@
 #   --state DIR     where the guest's share, console log and env file go [mktemp -d]
 #   --netns NAME    namespace holding the tap [xdp-iop-PID]; created, and deleted by down
 #   --tap NAME      [xi0]     --host-ip A/N [198.51.100.1/24]     --guest-ip A/N [198.51.100.2/24]
+#   --host-ip6 A/N  [2001:db8::1/64]  --guest-ip6 A/N [2001:db8::2/64]: IPv6 on the tap's two ends,
+#                   added after rxe0 has its IPv4 GID (so that stays at index 1); "" for none
 #   --mtu N         guest MTU [1500: rxe active MTU 1024]     --mem MB [768]
 #   --lifetime S    QEMU is killed after S seconds whatever happens [1800]
 #   --watch PID     tear the guest and namespace down (as `down` does) within a second of
 #                   process PID exiting, however it exits (the test binary, run.sh)
 #
 # STATE/env holds shell assignments for the host side: NETNS TAP HOST_IP GUEST_IP GUEST_MAC
-# GID_INDEX QEMU_PID SHARE. Run host programs with `ip netns exec $NETNS ...`.
+# GID_INDEX QEMU_PID SHARE, and HOST_IP6 GUEST_IP6 GID6_INDEX (rxe0's GID of GUEST_IP6) when the
+# ends have IPv6. Run host programs with `ip netns exec $NETNS ...`.
 # The guest runs under TCG (-cpu qemu64): /dev/kvm here is PVM and boots no stock kernel.
-# Every address is from 198.51.100.0/24 and lives only inside the namespace.
+# Every address is from 198.51.100.0/24 or 2001:db8::/64 and lives only inside the namespace.
 set -u
 die() { echo "guest.sh: $*" >&2; exit 125; }
 cmd=${1:-}; [ $# -gt 0 ] && shift
@@ -63,10 +66,12 @@ case "$cmd" in
 up)
   CACHE=${XDPROCE_INTEROP_CACHE:-/var/cache/xdproce-interop} STATE= NETNS=xdp-iop-$$ TAP=xi0
   HOST_IP=198.51.100.1/24 GUEST_IP=198.51.100.2/24 MTU=1500 MEM=768 LIFETIME=1800 WATCH=
+  HOST_IP6=2001:db8::1/64 GUEST_IP6=2001:db8::2/64
   while [ $# -gt 0 ]; do
     case "$1" in
       --cache) CACHE=$2 ;; --state) STATE=$2 ;; --netns) NETNS=$2 ;; --tap) TAP=$2 ;;
       --host-ip) HOST_IP=$2 ;; --guest-ip) GUEST_IP=$2 ;; --mtu) MTU=$2 ;; --mem) MEM=$2 ;;
+      --host-ip6) HOST_IP6=$2 ;; --guest-ip6) GUEST_IP6=$2 ;;
       --lifetime) LIFETIME=$2 ;; --watch) WATCH=$2 ;;
       *) die "up: unknown option $1" ;;
     esac
@@ -76,6 +81,10 @@ up)
   for f in vmlinuz initrd.img; do [ -r "$CACHE/$f" ] || die "up: $CACHE/$f missing: run interop/build-image.sh first"; done
   command -v qemu-system-x86_64 >/dev/null || die "up: qemu-system-x86_64 missing (apt-get install qemu-system-x86)"
   case "$HOST_IP$GUEST_IP" in *192.0.2.*) die "up: 192.0.2.0/24 is this machine's own network; use 198.51.100.0/24" ;; esac
+  for a in $HOST_IP6 $GUEST_IP6; do
+    case "$a" in 2001:db8:*|2001:DB8:*) ;; *) die "up: IPv6 address $a is not in 2001:db8::/32" ;; esac
+  done
+  { [ -n "$HOST_IP6" ] && [ -n "$GUEST_IP6" ]; } || { [ -z "$HOST_IP6" ] && [ -z "$GUEST_IP6" ]; } || die "up: give both --host-ip6 and --guest-ip6, or neither"
   [ -n "$STATE" ] || STATE=$(mktemp -d /tmp/xdproce-interop.XXXXXX)
   mkdir -p "$STATE/share/jobs"; STATE=$(readlink -f "$STATE"); SHARE=$STATE/share
   rm -f "$SHARE/ready" "$SHARE/info" "$SHARE"/jobs/*
@@ -86,6 +95,10 @@ up)
   ip -n "$NETNS" tuntap add dev "$TAP" mode tap || { ip netns del "$NETNS"; die "up: cannot create tap $TAP"; }
   ip -n "$NETNS" addr add "$HOST_IP" dev "$TAP"
   ip -n "$NETNS" link set "$TAP" mtu "$MTU" up
+  if [ -n "$HOST_IP6" ]; then
+    "${NX[@]}" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=0" "net.ipv6.conf.$TAP.accept_ra=0"
+    ip -n "$NETNS" addr add "$HOST_IP6" dev "$TAP" nodad
+  fi
   IFS=./ read -r a b c d _ <<<"$GUEST_IP"
   GUEST_MAC=$(printf '52:54:%02x:%02x:%02x:%02x' "$a" "$b" "$c" "$d")
   # Offloads off, so every frame on the tap is complete (checksums computed by the guest).
@@ -128,6 +141,25 @@ ENV
   GID_INDEX=$(sed -n 's/^gid_index=//p' "$SHARE/info")
   echo "GID_INDEX=$GID_INDEX" >> "$STATE/env"
   [ -n "$GID_INDEX" ] || echo "guest.sh: warning: rxe0 has no IPv4 GID (see $SHARE/info)" >&2
+  if [ -n "$GUEST_IP6" ]; then
+    # guest-init leaves IPv6 off; the address goes on after rxe0 exists, so its GID comes after
+    # the IPv4 one. Its index: the first GID neither IPv4-mapped, zero nor link-local.
+    id=$(job_submit "$STATE" "sysctl -qw net.ipv6.conf.\$XI_NIC.disable_ipv6=0 net.ipv6.conf.\$XI_NIC.accept_ra=0 &&
+ip addr add $GUEST_IP6 dev \$XI_NIC nodad || exit 1
+for i in \$(seq 100); do
+  for x in 0 1 2 3 4 5 6 7; do
+    read -r v 2>/dev/null < /sys/class/infiniband/rxe0/ports/1/gids/\$x || continue
+    case \$v in 0000:*|fe80:*) ;; *) echo \$x; exit 0 ;; esac
+  done
+  read -r -t 0.1 < /run/nap
+done
+exit 1")
+    if GID6_INDEX=$(job_wait "$id" 60); then
+      printf 'HOST_IP6=%s\nGUEST_IP6=%s\nGID6_INDEX=%s\n' "${HOST_IP6%/*}" "${GUEST_IP6%/*}" "$GID6_INDEX" >> "$STATE/env"
+    else
+      echo "guest.sh: warning: rxe0 has no GID for $GUEST_IP6 ($GID6_INDEX)" >&2
+    fi
+  fi
   echo "$STATE"
   ;;
 exec)

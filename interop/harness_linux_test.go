@@ -49,6 +49,10 @@ type guest struct {
 	hostIP, guestIP, mac string
 	gidIndex             int
 	qemuPID              int
+	// IPv6 on the tap's two ends (guest.sh --host-ip6/--guest-ip6) and rxe0's GID index of
+	// guestIP6; empty and -1 when the guest has none.
+	hostIP6, guestIP6 string
+	gid6Index         int
 }
 
 var suite struct {
@@ -236,6 +240,10 @@ func loadGuest(state string) (*guest, error) {
 		guestIP: kv["GUEST_IP"], mac: kv["GUEST_MAC"]}
 	g.gidIndex, _ = strconv.Atoi(kv["GID_INDEX"])
 	g.qemuPID, _ = strconv.Atoi(kv["QEMU_PID"])
+	g.hostIP6, g.guestIP6, g.gid6Index = kv["HOST_IP6"], kv["GUEST_IP6"], -1
+	if v, err := strconv.Atoi(kv["GID6_INDEX"]); err == nil && g.guestIP6 != "" {
+		g.gid6Index = v
+	}
 	if g.share == "" || g.netns == "" || g.qemuPID == 0 || kv["GID_INDEX"] == "" {
 		return nil, fmt.Errorf("guest state %s: incomplete env (%q)", state, b)
 	}
@@ -371,11 +379,12 @@ func (g *guest) guestListening(t *testing.T, server *job, port int, timeout time
 
 // hostProc is a program running on the host side, in the guest's namespace.
 type hostProc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	err  error
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	out    bytes.Buffer // stdout and stderr
+	stdout bytes.Buffer // stdout alone
+	done   chan struct{}
+	err    error
 }
 
 func (p *hostProc) Write(b []byte) (int, error) {
@@ -384,10 +393,27 @@ func (p *hostProc) Write(b []byte) (int, error) {
 	return p.out.Write(b)
 }
 
+// stdoutWriter writes to both of p's buffers.
+type stdoutWriter struct{ p *hostProc }
+
+func (w stdoutWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	w.p.stdout.Write(b)
+	return w.p.out.Write(b)
+}
+
 func (p *hostProc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.out.String()
+}
+
+// stdoutText is what the program wrote to its standard output so far.
+func (p *hostProc) stdoutText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String()
 }
 
 // hostStart runs args in the namespace (stdout and stderr together); t's cleanup kills it.
@@ -395,7 +421,7 @@ func (g *guest) hostStart(t *testing.T, args ...string) *hostProc {
 	t.Helper()
 	p := &hostProc{done: make(chan struct{})}
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", g.netns}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = stdoutWriter{p}, p
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

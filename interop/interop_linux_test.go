@@ -86,11 +86,16 @@ type pair struct {
 	toolArgs  []string // without the server address
 	xdArgs    []string // xdproce command and flags, without HOST, --dev, --link, --capture
 	xdServer  bool     // xdproce serves, the tool connects
+	ipv6      bool     // the tool connects to xdproce's IPv6 address (the GIDs in the args decide RoCE's)
 	link      string   // xsk or udp
 	timeout   time.Duration
 	check     func(t *testing.T, toolOut, xdOut string) // the outputs of a run that exited 0
 	needWords []string                                  // the xdproce command, for needCommand
 	note      *string                                   // the matrix note, filled in as the run goes
+	// hostReady and guestReady, when set, replace the wait for a TCP listener on perftest's
+	// port (servers that listen through the RDMA CM): they return once the server is ready.
+	hostReady  func(t *testing.T, x *hostProc)
+	guestReady func(t *testing.T, j *job)
 }
 
 var retransRE = regexp.MustCompile(`(?i)retransmi\w*\W{0,3}(\d+)`)
@@ -105,16 +110,31 @@ func (p pair) run(t *testing.T, g *guest) {
 	args := append(append([]string{bin}, p.xdArgs...), "--dev", g.tap, "--link", p.link, "--capture", capture)
 	toolCmd := "exec stdbuf -oL " + p.tool + " " + strings.Join(p.toolArgs, " ")
 	attempt := func() (toolOut, xdOut string, rc int, terr, xerr error) {
+		// With ipv6 the tool dials xdproce's IPv6 address; xdproce dials the tool's IPv4 one, as
+		// the tools' servers listen on getaddrinfo's first passive address, 0.0.0.0. The GIDs
+		// (-g) decide the RoCE traffic's family.
+		hostIP, guestIP := g.hostIP, g.guestIP
+		if p.ipv6 {
+			hostIP = g.hostIP6
+		}
 		if p.xdServer {
 			x := g.hostStart(t, args...)
-			g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
-			j := g.start(t, toolCmd+" "+g.hostIP)
+			if p.hostReady != nil {
+				p.hostReady(t, x)
+			} else {
+				g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
+			}
+			j := g.start(t, toolCmd+" "+hostIP)
 			toolOut, rc, terr = j.wait(p.timeout)
 			xdOut, xerr = x.wait(10 * time.Second)
 		} else {
 			j := g.start(t, toolCmd)
-			g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
-			x := g.hostStart(t, append(args, g.guestIP)...)
+			if p.guestReady != nil {
+				p.guestReady(t, j)
+			} else {
+				g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
+			}
+			x := g.hostStart(t, append(args, guestIP)...)
 			xdOut, xerr = x.wait(p.timeout)
 			toolOut, rc, terr = j.wait(10 * time.Second)
 		}

@@ -98,6 +98,13 @@ func TestPrivilegedRping(t *testing.T) {
 // stdout, stderr and the channel its exit comes on (awaitServer's).
 func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se *syncBuffer, done chan error) {
 	t.Helper()
+	return startServerAt(t, ctx, srv, "rping server listening")
+}
+
+// startServerAt starts a server and waits until its standard error has
+// ready (the line it prints once it listens).
+func startServerAt(t *testing.T, ctx context.Context, srv *exec.Cmd, ready string) (so, se *syncBuffer, done chan error) {
+	t.Helper()
 	so, se = new(syncBuffer), new(syncBuffer)
 	srv.Stdout, srv.Stderr = so, se
 	if err := srv.Start(); err != nil {
@@ -106,7 +113,7 @@ func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se 
 	done = make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
-	for !strings.Contains(se.String(), "rping server listening") {
+	for !strings.Contains(se.String(), ready) {
 		select {
 		case err := <-done:
 			t.Fatalf("server exited (%v): %s", err, se.String())
