@@ -61,6 +61,14 @@ type placeScratch struct {
 	pkt wire.Packet
 }
 
+// reset forgets the placement state of a queue pair going to Reset (its
+// receive WQEs are discarded without completions; it may connect anew).
+func (p *placeState) reset() {
+	p.off, p.lastPlaced = false, false
+	clear(p.recv)
+	p.rHead, p.rN = 0, 0
+}
+
 // SetPlacer lets the queue pair place messages through p (nil: never).
 // Call it before the queue pair reaches RTR.
 func (q *QP) SetPlacer(p Placer) {
