@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/internal/daemon/proto"
 	"github.com/xdproce/xdproce/link"
@@ -180,7 +181,44 @@ func attachDaemon(path string, o *Options) (link.Link, *ifaceInfo, error) {
 	if n := int(w.QPNLast - w.QPNFirst + 1); o.MaxQPs == 0 || o.MaxQPs > n {
 		o.MaxQPs = n
 	}
-	return &daemonLink{Link: port, props: props, conn: conn}, info, nil
+	dl := &daemonLink{Link: port, props: props, conn: conn}
+	o.shared = &sharedRegions{share: dl.share}
+	return dl, info, nil
+}
+
+// share makes a sealed memfd of size bytes, maps it and shares it with the
+// daemon (proto.OpRegMem) for direct placement; release unshares and
+// unmaps it.
+func (l *daemonLink) share(size int) ([]byte, uint32, func() error, error) {
+	n := (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	fd, err := unix.MemfdCreate("xdproce-mr", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	defer unix.Close(fd) // the mapping and the daemon's copy keep the memory
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		return nil, 0, nil, fmt.Errorf("ftruncate memfd to %d bytes: %w", n, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return nil, 0, nil, fmt.Errorf("seal memfd: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("mmap %d bytes: %w", n, err)
+	}
+	l.callMu.Lock()
+	rep, err := proto.CallFD(l.conn, &proto.Request{Op: proto.OpRegMem}, fd, daemonDialTimeout)
+	l.callMu.Unlock()
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, 0, nil, fmt.Errorf("xdproce daemon: %w", err)
+	}
+	id := rep.Region
+	release := func() error {
+		err := l.release(&proto.Request{Op: proto.OpDeregMem, Region: id})
+		return errors.Join(err, unix.Munmap(mem))
+	}
+	return mem[:size:size], id, release, nil
 }
 
 // openDaemon is Open's daemon path: it attaches to the daemon at path and
@@ -214,6 +252,7 @@ func openDaemon(ifname, path, why string, local *ifaceInfo, h *netlink.Handle, o
 	}
 	dl := l.(*daemonLink)
 	d.cmReg, d.join = dl, dl
+	d.shared.sync = d.sync
 	if h != nil {
 		d.cleanup = []func() error{func() error { h.Close(); return nil }}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/xdproce/xdproce/capture"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/roce/mr"
+	"github.com/xdproce/xdproce/roce/place"
 	"github.com/xdproce/xdproce/roce/qp"
 	"github.com/xdproce/xdproce/roce/wire"
 )
@@ -89,6 +90,8 @@ type Options struct {
 	// holder is appended to what the process announces it holds (the
 	// daemon adds whom it serves).
 	holder string
+	// shared, for a daemon client, shares memory regions with the daemon.
+	shared *sharedRegions
 	// CPUs, when not empty, pins the device's progress goroutine: it is
 	// locked to its OS thread (runtime.LockOSThread) and that thread may run
 	// only on these CPUs (sched_setaffinity). The progress goroutine does all
@@ -236,6 +239,9 @@ type Device struct {
 	groups  groupRoutes     // queue pairs that receive multicast frames (mcast.go)
 	join    groupJoiner     // JoinGroup's means (nil: the link cannot join groups)
 
+	shared   *sharedRegions // daemon-shared memory regions (nil: not a daemon client; place.go)
+	placeMsg place.Msg      // the placement message being handled (engine goroutine)
+
 	capw        *capture.Writer          // the capture's writer (nil: none)
 	xdpCounters func() (Counters, error) // the XDP program's verdict counters (nil: none)
 }
@@ -321,6 +327,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 		resolve:  o.Resolve,
 		pmtu:     wire.PathMTU(props.MTU),
 		capw:     capw,
+		shared:   o.shared,
 	}
 	if o.qpns[1] != 0 {
 		d.qpnFirst, d.qpnLast, d.nextQPN = o.qpns[0], o.qpns[1], o.qpns[0]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/place"
 	"github.com/xdproce/xdproce/roce/qp"
 	"github.com/xdproce/xdproce/roce/wire"
 )
@@ -233,6 +234,10 @@ func (e *engine) schedule(q *qpEntry) {
 func (e *engine) input(frame []byte, now int64) {
 	e.rxFrames++
 	e.rxBytes += uint64(len(frame))
+	if e.d.shared != nil && place.Is(frame) {
+		e.placeInput(frame, now) // place.go
+		return
+	}
 	p := &e.pkt
 	flags := wire.InPlace
 	if e.d.oooQPs.Load() > 0 {

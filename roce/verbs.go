@@ -169,6 +169,9 @@ func (q *QP) modify(attr *Attr, mask AttrMask) error {
 		a.AV.SrcPort = q.d.props.SrcPort
 		attr = &a
 	}
+	if mask&qp.AttrAV != 0 && q.typ == RC && q.d.shared != nil {
+		q.q.SetPlacer(q.d.placerFor(attr.AV.DstIP)) // place.go
+	}
 	return q.q.Modify(attr, mask)
 }
 

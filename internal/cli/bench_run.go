@@ -65,7 +65,10 @@ func (b *bench) peer(local net.Addr) (*toolpeer.Peer, error) {
 	if b.size <= perftestCycleMax/2 {
 		bufLen = max(bufLen, perftestCycleMax+b.size+64)
 	}
-	mr, err := pd.RegMR(make([]byte, bufLen), roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead|roce.RemoteAtomic)
+	// AllocMR: on a client of an xdproce daemon, memory shared with the
+	// daemon, so a bench between two of its clients runs by direct
+	// placement (docs/placement.md); elsewhere ordinary memory.
+	mr, err := pd.AllocMR(bufLen, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead|roce.RemoteAtomic)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 
 var daemonCommand = &Command{
 	Name:       "daemon",
-	ShortUsage: "xdproce daemon --dev IF [--socket PATH] [--mode 0660] [--group GROUP] [--link auto|xsk|udp] [--qpns N] [--max-clients N] [--max-mrs N]",
+	ShortUsage: "xdproce daemon --dev IF [--socket PATH] [--mode 0660] [--group GROUP] [--link auto|xsk|udp] [--qpns N] [--max-clients N] [--max-mrs N] [--max-shared SIZE]",
 	ShortHelp:  "share one interface among local processes",
 	LongHelp: `Daemon holds the interface (the XDP steering program and an AF_XDP socket per
 queue when privileged, else the kernel UDP socket; --link chooses) and lets
@@ -63,6 +63,8 @@ func setupDaemon(fs *flag.FlagSet, env *Env) func(context.Context, []string) err
 	fs.IntVar(&cfg.QPNs, "qpns", daemon.DefaultQPNs, "queue pair numbers per client (a power of two; also its limit on queue pairs)")
 	fs.IntVar(&cfg.MaxClients, "max-clients", daemon.DefaultMaxClients, "clients served at once")
 	fs.IntVar(&cfg.MaxMRs, "max-mrs", 0, "memory regions per client (0: the library's default)")
+	maxShared := Size(daemon.DefaultMaxShare)
+	fs.Var(&maxShared, "max-shared", "`bytes` of memory each client may share with the daemon for direct placement (PD.AllocMR; beyond it, ordinary memory)")
 	return func(ctx context.Context, args []string) error {
 		if len(args) > 0 {
 			return usageErrorf("xdproce daemon", "unexpected argument %q", args[0])
@@ -77,7 +79,10 @@ func setupDaemon(fs *flag.FlagSet, env *Env) func(context.Context, []string) err
 		if lk.kind == roce.LinkDaemon {
 			return usageErrorf("xdproce daemon", "--link daemon: a daemon cannot attach to a daemon")
 		}
-		cfg.Mode, cfg.Link, cfg.Log = os.FileMode(m), lk.kind, env.Log
+		if maxShared <= 0 {
+			return usageErrorf("xdproce daemon", "--max-shared %d: want a positive size", int64(maxShared))
+		}
+		cfg.Mode, cfg.Link, cfg.Log, cfg.MaxShared = os.FileMode(m), lk.kind, env.Log, int64(maxShared)
 		d, err := daemon.Start(cfg)
 		if err != nil {
 			return withPermissionHint(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/xdproce/xdproce/internal/daemon/proto"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/link/shm"
+	"github.com/xdproce/xdproce/roce/place"
 )
 
 // handshakeTimeout bounds a client's hello.
@@ -50,6 +51,9 @@ type client struct {
 	rx            [rxBatch][]byte
 	hdr           header
 	txMu          sync.Mutex // serializes deliveries into the port (its sending side)
+	mem           regions    // its shared memory regions (guarded by Daemon.memMu)
+	gone          bool       // released: no more regions (guarded by Daemon.memMu)
+	pm            place.Msg  // the placement message being handled (client goroutine)
 }
 
 // accept takes clients until the listener closes.
@@ -179,16 +183,32 @@ func (d *Daemon) welcome(c *client, fds *shm.PortFds) error {
 // device).
 func (c *client) watch() {
 	b := make([]byte, maxRequest)
+	oob := make([]byte, unix.CmsgSpace(8*4))
 	for {
-		n, err := c.conn.Read(b)
+		n, oobn, _, _, err := c.conn.ReadMsgUnix(b, oob)
 		if err == nil {
-			err = proto.Write(c.conn, c.d.control(c, b[:n]))
+			err = proto.Write(c.conn, c.d.control(c, b[:n], receivedFDs(oob[:oobn])))
 		}
 		if err != nil {
 			c.end()
 			return
 		}
 	}
+}
+
+// receivedFDs are the descriptors a request carried (SCM_RIGHTS).
+func receivedFDs(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	var fds []int
+	msgs, _ := unix.ParseSocketControlMessage(oob)
+	for i := range msgs {
+		if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
 }
 
 // end stops the client: its connection closes and serve, woken, returns
@@ -244,6 +264,7 @@ func (d *Daemon) release(c *client) {
 	d.mu.Unlock()
 	d.dropServices(c)
 	d.dropGroups(c)
+	d.dropRegions(c)
 	// A steering goroutine that loaded c before the store may still call
 	// deliver: the port is closed by then and takes nothing.
 	if c.id != 0 {

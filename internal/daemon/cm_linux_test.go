@@ -249,7 +249,7 @@ func TestControlRequests(t *testing.T) {
 		{`{"op":"listen","service_id":5}`, ""},
 		{`{"op":"unlisten","service_id":5}`, ""},
 	} {
-		r := s.d.control(a, []byte(tc.msg))
+		r := s.d.control(a, []byte(tc.msg), nil)
 		if tc.want == "" && r.Error != "" || !strings.Contains(r.Error, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.msg, r.Error, tc.want)
 		}

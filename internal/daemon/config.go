@@ -20,8 +20,10 @@
 // QP1 is every client's: the daemon steers each RDMA CM MAD to the client
 // it is for (cm_linux.go). Multicast groups are joined on the interface for
 // the clients that ask, and group frames fan out to every member
-// (mcast_linux.go). Not here yet (issue 17): out-of-order contexts
-// device-wide, direct placement into daemon-shared memory regions.
+// (mcast_linux.go). Clients share memory regions with the daemon, which
+// then places RC messages between them memory to memory (mem_linux.go,
+// place_linux.go; docs/placement.md). Not here yet (issue 17):
+// out-of-order contexts device-wide, daemon-placed atomics.
 package daemon
 
 import (
@@ -37,6 +39,7 @@ const (
 	DefaultQPNs       = 4096
 	DefaultMaxClients = 64
 	DefaultMode       = 0o660
+	DefaultMaxShare   = 16 << 30 // Config.MaxShared when 0
 )
 
 // Config configures a daemon.
@@ -67,6 +70,9 @@ type Config struct {
 	// Ring is the size of each port's rings (0: shm.DefaultRing); with the
 	// MTU it sets the port's shared memory, the daemon's memory per client.
 	Ring int
+	// MaxShared bounds the memory each client shares with the daemon for
+	// direct placement (0: DefaultMaxShare); the daemon maps it.
+	MaxShared int64
 	// Log receives the daemon's events (nil: discarded).
 	Log *slog.Logger
 }
@@ -83,6 +89,13 @@ type Stats struct {
 	EgressFull     uint64
 	WireErrors     uint64
 	DropNoNeighbor uint64 // frames from clients without a MAC (another namespace) whose next hop is not resolved yet
+	// Direct placement (place_linux.go).
+	Placed         uint64 // messages copied between clients' shared regions
+	PlacedBytes    uint64 // their bytes
+	PlaceFallbacks uint64 // requests sent back to be sent as frames (no local owner, memory not shared)
+	PlaceAnswered  uint64 // requests answered without a copy (duplicates, NAKs)
+	PlaceBad       uint64 // placement messages refused (malformed, foreign segments or QPNs, stale answers)
+	PlaceFailed    uint64 // copies refused after the answer (a region went)
 	Clients        []ClientStats
 }
 
@@ -100,6 +113,8 @@ type ClientStats struct {
 	DropBadSource uint64
 	DropMalformed uint64
 	Overflow      uint64
-	Services      int // RDMA CM service IDs it listens on
-	Groups        int // multicast groups it joined
+	Services      int   // RDMA CM service IDs it listens on
+	Groups        int   // multicast groups it joined
+	Regions       int   // memory regions it shares for direct placement
+	SharedBytes   int64 // their bytes (mapped by the daemon)
 }

@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/internal/daemon/proto"
 )
@@ -14,13 +17,29 @@ const maxRequest = 4096
 // control does what a client's request asks (proto.Request) and says how
 // it went. A request it cannot read is refused, not fatal: a client's bad
 // input harms only its own requests.
-func (d *Daemon) control(c *client, msg []byte) *proto.Reply {
+func (d *Daemon) control(c *client, msg []byte, fds []int) *proto.Reply {
 	var r proto.Request
 	if err := json.Unmarshal(msg, &r); err != nil {
+		closeFDs(fds)
 		return &proto.Reply{Error: "malformed request: " + err.Error()}
 	}
+	if r.Op == proto.OpRegMem {
+		if len(fds) != 1 {
+			closeFDs(fds)
+			return &proto.Reply{Error: fmt.Sprintf("regmem: %d descriptors, want one memfd", len(fds))}
+		}
+		id, err := d.addRegion(c, fds[0])
+		if err != nil {
+			d.log.Info("client request refused", "client", c.id, "op", r.Op, "err", err)
+			return &proto.Reply{Error: "regmem: " + err.Error()}
+		}
+		return &proto.Reply{Region: id}
+	}
+	closeFDs(fds) // only regmem passes one
 	var err error
 	switch r.Op {
+	case proto.OpDeregMem:
+		err = d.dropRegion(c, r.Region)
 	case proto.OpListen:
 		err = d.listen(c, r.ServiceID)
 	case proto.OpUnlisten:
@@ -38,4 +57,10 @@ func (d *Daemon) control(c *client, msg []byte) *proto.Reply {
 	}
 	d.log.Debug("client request", "client", c.id, "op", r.Op, "service_id", r.ServiceID, "group", r.Group)
 	return &proto.Reply{}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }

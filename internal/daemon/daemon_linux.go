@@ -41,8 +41,12 @@ type Daemon struct {
 
 	eg     egress
 	neigh  neighbours
-	svc    services // RDMA CM service IDs (cm_linux.go)
-	grp    groups   // multicast groups (mcast_linux.go)
+	svc    services     // RDMA CM service IDs (cm_linux.go)
+	grp    groups       // multicast groups (mcast_linux.go)
+	memMu  sync.RWMutex // guards the clients' shared regions (mem_linux.go); copies hold it shared
+	pt     placeTable   // placement requests waiting for their responder (place_linux.go)
+	plMu   sync.Mutex
+	pl     placeCounters
 	st     counters
 	wg     sync.WaitGroup
 	upDone chan struct{}

@@ -24,10 +24,11 @@ type wcRec struct {
 	Opcode  string
 	Status  string
 	ByteLen uint32
+	Imm     uint32 // the immediate data, when the completion carries it
 }
 
 // endpoint of a device's queue pair for Connect: its IPv4 GID.
-func endpoint(t *testing.T, d *roce.Device, q *roce.QP, psn uint32) roce.Endpoint {
+func endpoint(t testing.TB, d *roce.Device, q *roce.QP, psn uint32) roce.Endpoint {
 	gid, err := d.GID(1)
 	if err != nil {
 		t.Fatal(err)
@@ -44,15 +45,28 @@ type scriptSide struct {
 }
 
 func newScriptSide(t *testing.T, d *roce.Device, size int) *scriptSide {
-	s := &scriptSide{dev: d, buf: make([]byte, size)}
+	return newScriptSideMR(t, d, size, false)
+}
+
+// newScriptSideMR is newScriptSide with the buffer from PD.AllocMR when
+// alloc is set (daemon-shared memory on a daemon client).
+func newScriptSideMR(t testing.TB, d *roce.Device, size int, alloc bool) *scriptSide {
+	s := &scriptSide{dev: d}
 	pd := d.AllocPD()
 	var err error
 	if s.cq, err = d.CreateCQ(4096); err != nil {
 		t.Fatal(err)
 	}
-	if s.mr, err = pd.RegMR(s.buf, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead); err != nil {
+	const access = roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead
+	if alloc {
+		s.mr, err = pd.AllocMR(size, access)
+	} else {
+		s.mr, err = pd.RegMR(make([]byte, size), access)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
+	s.buf = s.mr.Bytes()
 	if s.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 256, MaxRecvWR: 256}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +85,11 @@ func (s *scriptSide) wait(t *testing.T, n int) []wcRec {
 			t.Fatalf("after %d of %d completions: %v", len(out), n, err)
 		}
 		for _, wc := range wcs[:k] {
-			out = append(out, wcRec{wc.ID, wc.Opcode.String(), wc.Status.String(), wc.ByteLen})
+			r := wcRec{ID: wc.ID, Opcode: wc.Opcode.String(), Status: wc.Status.String(), ByteLen: wc.ByteLen}
+			if wc.WithImm {
+				r.Imm = wc.ImmData
+			}
+			out = append(out, r)
 		}
 	}
 	return out
@@ -82,8 +100,14 @@ func (s *scriptSide) wait(t *testing.T, n int) []wcRec {
 // receives, in chunk-sized work requests, checking the bytes after each
 // step; it returns both sides' completions.
 func script(t *testing.T, da, db *roce.Device, size, chunk int) []wcRec {
-	a := newScriptSide(t, da, 2*size)
-	b := newScriptSide(t, db, size)
+	return scriptMR(t, da, db, size, chunk, false, false)
+}
+
+// scriptMR is script with a's and b's buffers from PD.AllocMR when allocA,
+// allocB are set.
+func scriptMR(t *testing.T, da, db *roce.Device, size, chunk int, allocA, allocB bool) []wcRec {
+	a := newScriptSideMR(t, da, 2*size, allocA)
+	b := newScriptSideMR(t, db, size, allocB)
 	if err := a.qp.Connect(1, endpoint(t, db, b.qp, 2), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -272,9 +296,14 @@ func TestPrivilegedWire(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer y.Close()
-			script(t, x, y, 8<<20, 256<<10)
+			// The daemon client's buffer is daemon-shared memory: its peer
+			// is on the wire, so it sends frames (no placement request).
+			scriptMR(t, x, y, 8<<20, 256<<10, true, true)
+			if ps := x.PlaceStats(); ps.Regions != 1 || ps.Requests != 0 {
+				t.Errorf("placement stats %+v: want one region and no request", ps)
+			}
 			st := d.Stats()
-			if st.WireRx < 1000 || st.WireTx < 1000 || st.Switched != 0 {
+			if st.WireRx < 1000 || st.WireTx < 1000 || st.Switched != 0 || st.Placed != 0 {
 				t.Errorf("daemon stats %+v", st)
 			}
 			t.Logf("%s: link %q; daemon: %d frames in, %d out, %d dropped waiting for a MAC",

@@ -32,6 +32,12 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		{Name: "egress_full_waits", Value: st.EgressFull},
 		{Name: "wire_errors", Value: st.WireErrors},
 		{Name: "drop_no_neighbor", Value: st.DropNoNeighbor},
+		{Name: "placed_messages", Value: st.Placed},
+		{Name: "placed_bytes", Value: st.PlacedBytes},
+		{Name: "place_fallbacks", Value: st.PlaceFallbacks},
+		{Name: "place_answered", Value: st.PlaceAnswered},
+		{Name: "place_bad", Value: st.PlaceBad},
+		{Name: "place_failed", Value: st.PlaceFailed},
 		{Name: "open_fds", Value: openFDs()},
 		{Name: "goroutines", Value: uint64(runtime.NumGoroutine())},
 		{Name: "rss_bytes", Value: rss()},
@@ -56,6 +62,8 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 					{Name: "drop_port_full", Value: c.Overflow},
 					{Name: "cm_services", Value: uint64(c.Services)},
 					{Name: "groups", Value: uint64(c.Groups)},
+					{Name: "shared_regions", Value: uint64(c.Regions)},
+					{Name: "shared_bytes", Value: uint64(c.SharedBytes)},
 				}})
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/link"
+	"github.com/xdproce/xdproce/roce/place"
 )
 
 // counters are the daemon's own, beside each client's.
@@ -33,15 +34,22 @@ func (d *Daemon) Stats() Stats {
 		DropNoOwner: d.st.dropNoOwner.Load(), DropQP1: d.st.dropQP1.Load(), CMAnswered: d.st.cmAnswered.Load(),
 		GroupFrames: d.st.groupFrames.Load(), DropWireBad: d.st.dropWireBad.Load(),
 		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load(), DropNoNeighbor: d.st.dropNoNeighbor.Load()}
+	d.plMu.Lock()
+	st.Placed, st.PlacedBytes, st.PlaceFallbacks = d.pl.placed, d.pl.placedBytes, d.pl.fallbacks
+	st.PlaceAnswered, st.PlaceBad, st.PlaceFailed = d.pl.answered, d.pl.bad, d.pl.failed
+	d.plMu.Unlock()
 	d.mu.Lock()
 	d.svc.mu.Lock()
 	d.grp.mu.Lock()
+	d.memMu.RLock()
 	for _, c := range d.clients {
 		st.Clients = append(st.Clients, ClientStats{ID: c.id, PID: c.pid, UID: c.uid, GID: c.gid, Command: c.cmd,
 			QPNFirst: c.first, QPNLast: c.last, Since: c.since, FromClient: c.fromClient.Load(),
 			ToClient: c.toClient.Load(), DropForeign: c.dropForeign.Load(), DropBadSource: c.dropBadSource.Load(),
-			DropMalformed: c.dropMalformed.Load(), Overflow: c.overflow.Load(), Services: c.services, Groups: c.groups})
+			DropMalformed: c.dropMalformed.Load(), Overflow: c.overflow.Load(), Services: c.services, Groups: c.groups,
+			Regions: len(c.mem.m), SharedBytes: c.mem.bytes})
 	}
+	d.memMu.RUnlock()
 	d.grp.mu.Unlock()
 	d.svc.mu.Unlock()
 	d.mu.Unlock()
@@ -52,6 +60,10 @@ func (d *Daemon) Stats() Stats {
 // of the shared memory first and only the copy is read and forwarded.
 func (d *Daemon) fromClient(c *client, frame []byte) {
 	c.fromClient.Add(1)
+	if place.Is(frame) {
+		d.fromClientPlace(c, frame) // place_linux.go
+		return
+	}
 	n := copy(c.snap[:], frame)
 	snap := c.snap[:n]
 	h := &c.hdr

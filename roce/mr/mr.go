@@ -223,6 +223,8 @@ type MR struct {
 	rkey   uint32
 	dead   bool // guarded by pd.t.mu
 	nmw    int  // windows bound to the region, guarded by pd.t.mu
+	// release, when set (RegisterOwned), frees buf after Deregister.
+	release func() error
 }
 
 // LKey returns the local key.
@@ -254,6 +256,17 @@ func (pd *PD) Register(buf []byte, access Access) (*MR, error) {
 		return nil, errors.New("mr: register: empty buffer")
 	}
 	return pd.RegisterIOVA(buf, uint64(uintptr(unsafe.Pointer(&buf[0]))), access)
+}
+
+// RegisterOwned is Register for memory the region owns: a successful
+// Deregister then calls release (which frees buf) and returns its error.
+func (pd *PD) RegisterOwned(buf []byte, access Access, release func() error) (*MR, error) {
+	m, err := pd.Register(buf, access)
+	if err != nil {
+		return nil, err
+	}
+	m.release = release
+	return m, nil
 }
 
 // RegisterIOVA registers buf, addressed by the peer and by SGEs from iova on.
@@ -363,6 +376,9 @@ func (m *MR) Deregister() error {
 	t.nMRs--
 	t.mu.Unlock()
 	m.pd.Release()
+	if m.release != nil {
+		return m.release()
+	}
 	return nil
 }
 

@@ -355,6 +355,7 @@ func (q *QP) resetEngines(sqMark, rqMark uint32) {
 	q.sqDone.Store(sqMark)
 	q.resp.reset(rqMark)
 	q.rqDone.Store(rqMark)
+	q.plc.reset() // place.go
 	q.e.state = Reset
 	q.e.finalNAK = false
 	q.e.resets++

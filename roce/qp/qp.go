@@ -132,7 +132,8 @@ type QP struct {
 	// message name one key, so most skip the table's lock and map.
 	lkeyCache, rkeyCache mr.Cache
 
-	srqRecv srqRecv // on an SRQ: the WQE of the message in progress
+	srqRecv srqRecv    // on an SRQ: the WQE of the message in progress
+	plc     placeState // direct placement through the xdproce daemon (place.go)
 
 	stats Stats
 }

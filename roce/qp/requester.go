@@ -97,6 +97,13 @@ func (q *QP) reqProgress(out Output) bool {
 				st = reqStarved
 				break
 			}
+			if pst, ok := q.reqPlace(out); ok { // place.go
+				if pst == reqGetWQE {
+					budget--
+				}
+				st = pst
+				break
+			}
 			st, act, status = q.reqBuild(out)
 		case reqLocalError:
 			st, act = reqDone, reqActError

@@ -557,6 +557,7 @@ func (q *QP) flushRecv() {
 		q.flushSRQRecv()
 		return
 	}
+	q.flushPlaced() // place_resp.go
 	r := &q.resp
 	rposted := q.rqPosted.Load()
 	rq := q.rq.Load() // after rposted: it covers every index below

@@ -64,6 +64,11 @@ const (
 	OpUnlisten = "unlisten" // give ServiceID back
 	OpJoin     = "join"     // join the multicast group (or IPv4 broadcast address) Group on the interface
 	OpLeave    = "leave"    // leave Group
+	// OpRegMem shares a memory region with the daemon for direct
+	// placement: the message carries one sealed memfd (CallFD); the reply
+	// names the region (Reply.Region).
+	OpRegMem   = "regmem"
+	OpDeregMem = "deregmem" // forget Region: the daemon unmaps it before it answers
 )
 
 // Request is a client's request after the handshake.
@@ -71,30 +76,47 @@ type Request struct {
 	Op        string `json:"op"`
 	ServiceID uint64 `json:"service_id,omitempty"`
 	Group     string `json:"group,omitempty"`
+	Region    uint32 `json:"region,omitempty"`
 }
 
 // Reply answers a Request: Error is empty when it was done.
 type Reply struct {
-	Error string `json:"error,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Region uint32 `json:"region,omitempty"` // OpRegMem: the region's number in placement messages
 }
 
 // Call sends r on the daemon connection c and waits for the reply, at most
 // timeout; a refusal is an error carrying the daemon's reason. Calls on one
 // connection must not overlap.
 func Call(c *net.UnixConn, r *Request, timeout time.Duration) error {
+	_, err := CallFD(c, r, -1, timeout)
+	return err
+}
+
+// CallFD is Call passing the descriptor fd with the request (SCM_RIGHTS;
+// none when fd < 0); it returns the reply.
+func CallFD(c *net.UnixConn, r *Request, fd int, timeout time.Duration) (*Reply, error) {
 	c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
-	if err := Write(c, r); err != nil {
-		return err
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	var oob []byte
+	if fd >= 0 {
+		oob = unix.UnixRights(fd)
+	}
+	if _, _, err := c.WriteMsgUnix(b, oob, nil); err != nil {
+		return nil, err
 	}
 	var rep Reply
 	if err := Read(c, &rep); err != nil {
-		return err
+		return nil, err
 	}
 	if rep.Error != "" {
-		return errors.New(rep.Error)
+		return &rep, errors.New(rep.Error)
 	}
-	return nil
+	return &rep, nil
 }
 
 // Write sends v as one JSON message.

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// BenchmarkPrivilegedPlacementWrite64K: 64 KiB RDMA WRITEs between two
+// clients of a daemon by direct placement (regions from PD.AllocMR, up to
+// 64 in flight: the default send window), alternated in rounds of 128 with the same WRITEs between
+// ordinary memory (frames switched by the daemon) and with a plain copy
+// between the placed WRITEs' two buffers, in the same run. It reports the
+// rates and the ratios (issue 17's target: placed/memcpy >= 0.5); nothing
+// is asserted.
+// Run it alone: flock /tmp/xdproce-bench.lock go test -run '^$' -bench
+// PrivilegedPlacementWrite64K ./internal/daemon
+func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
+	netlab.Privileged(b)
+	const size, round, depth = 64 << 10, 128, 64
+	x, y, _ := daemonClients(b)
+	// pair connects two queue pairs over size-byte buffers (from AllocMR
+	// when alloc) and returns their WRITE and the requester's side.
+	pair := func(alloc bool) (roce.SendWR, *scriptSide, *scriptSide) {
+		sa, sb := newScriptSideMR(b, x, size, alloc), newScriptSideMR(b, y, size, alloc)
+		if err := sa.qp.Connect(1, endpoint(b, y, sb.qp, 2), nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.qp.Connect(2, endpoint(b, x, sa.qp, 1), nil); err != nil {
+			b.Fatal(err)
+		}
+		return roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
+			SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: size, LKey: sa.mr.LKey()}},
+			RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}, sa, sb
+	}
+	pwr, pa, pb := pair(true)
+	swr, sa, _ := pair(false)
+	wcs := make([]roce.WC, depth)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// write posts n WRITEs on s, keeping up to depth in flight.
+	write := func(s *scriptSide, wr roce.SendWR, n int) {
+		posted, done := 0, 0
+		for done < n {
+			for posted < n && posted-done < depth {
+				if err := s.qp.PostSend(wr); err != nil {
+					b.Fatal(err)
+				}
+				posted++
+			}
+			k, err := s.cq.Wait(ctx, wcs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, wc := range wcs[:k] {
+				if wc.Status != roce.WCSuccess {
+					b.Fatalf("completion %+v", wc)
+				}
+			}
+			done += k
+		}
+	}
+	write(pa, pwr, round) // warm up: the windows open
+	write(sa, swr, round)
+	var tPlace, tSwitch, tCopy time.Duration
+	b.SetBytes(size)
+	b.ResetTimer()
+	for left := b.N; left > 0; left -= round {
+		n := min(round, left)
+		t0 := time.Now()
+		write(pa, pwr, n)
+		t1 := time.Now()
+		write(sa, swr, n)
+		t2 := time.Now()
+		for range n {
+			copy(pb.buf, pa.buf)
+		}
+		tPlace += t1.Sub(t0)
+		tSwitch += t2.Sub(t1)
+		tCopy += time.Since(t2)
+	}
+	b.StopTimer()
+	mb := float64(b.N) * size / 1e6
+	if tPlace > 0 && tCopy > 0 && tSwitch > 0 {
+		b.ReportMetric(mb/tPlace.Seconds(), "placed-MB/s")
+		b.ReportMetric(mb/tSwitch.Seconds(), "switched-MB/s")
+		b.ReportMetric(mb/tCopy.Seconds(), "memcpy-MB/s")
+		b.ReportMetric(tCopy.Seconds()/tPlace.Seconds(), "placed/memcpy")
+		b.ReportMetric(tSwitch.Seconds()/tPlace.Seconds(), "placed/switched")
+	}
+	if st := x.PlaceStats(); st.Requests < uint64(b.N) || st.Fallbacks != 0 {
+		b.Fatalf("placement stats %+v after %d writes", st, b.N)
+	}
+}
