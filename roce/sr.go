@@ -2,6 +2,10 @@ package roce
 
 import "github.com/xdproce/xdproce/roce/qp"
 
+// SRHold is how many PSNs past a hole a queue pair with selective repeat
+// holds: what xdproce tells a peer for its ConnectOptions.SRWindow.
+const SRHold = qp.SRHold
+
 // SRStats are the selective-repeat counters of RC queue pairs connected
 // with ConnectOptions.Reliability SelectiveRepeat (docs/sr-wire.md); zero
 // for the others.

@@ -330,6 +330,10 @@ type ConnectOptions struct {
 	// only a peer that agreed on it understands (an xdproce whose hello
 	// offered cm.CapSR; docs/sr-wire.md). RC only; ignored for the others.
 	Reliability Reliability
+	// SRWindow, with SelectiveRepeat: how many PSNs past a hole the
+	// peer's responder holds, from the negotiation (an xdproce says SRHold);
+	// it caps the send window. 0: 256, the first SR_SACK format's.
+	SRWindow int
 	// CC is an RC queue pair's congestion control: CCNone (the zero value)
 	// or DCQCN, which only a peer that agreed on it should get (an xdproce
 	// whose hello offered cm.CapDCQCN; docs/cc.md): it answers CE-marked
@@ -427,6 +431,7 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 		steps[2].mask &^= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxRdAtomic
 	} else if opt.Reliability == SelectiveRepeat && q.typ == qp.RC {
 		steps[1].attr.SelectiveRepeat = true
+		steps[1].attr.SRWindow = uint32(min(max(opt.SRWindow, 0), SRHold))
 		steps[1].mask |= qp.AttrSelectiveRepeat
 		if !q.e.sr.Swap(true) {
 			q.d.srQPs.Add(1) // the engine decodes SR_SACK from now on

@@ -38,6 +38,9 @@ type Result struct {
 	// Reliability is the RC queue pair's loss recovery, as agreed with the
 	// server: "gbn" or "sr" (docs/sr-wire.md); empty for the other modes.
 	Reliability string `json:"reliability,omitempty"`
+	// SRWindow is, with "sr", the most PSNs this side's send window may
+	// have in flight: what the server holds past a hole.
+	SRWindow int `json:"sr_window,omitempty"`
 	// CC is the RC queue pair's congestion control, as agreed with the
 	// server: "none" or "dcqcn" (docs/cc.md); empty for the other modes.
 	CC string `json:"cc,omitempty"`
@@ -128,7 +131,7 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 		return res, err
 	}
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA WRITE",
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), CC: q.cc.String()}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), SRWindow: q.srWin, CC: q.cc.String()}
 	start := time.Now()
 
 	free, final := watchFree(c, cancel, q.slots)

@@ -86,7 +86,7 @@ func getSlots(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *S
 	}
 	size := acc.Size
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: "RDMA READ",
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), CC: q.cc.String()}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), SRWindow: q.srWin, CC: q.cc.String()}
 	start := time.Now()
 
 	h := sha256.New()

@@ -48,7 +48,7 @@ func getLMRM(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Sp
 		return res, err
 	}
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: OpLMRM,
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), CC: q.cc.String()}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), SRWindow: q.srWin, CC: q.cc.String()}
 	if err := c.send(&message{Type: msgReady}); err != nil {
 		return res, err
 	}
@@ -86,7 +86,7 @@ func (s *Server) serveGetLMRM(ctx context.Context, cancel context.CancelCauseFun
 	if err := q.connect(req, o.Connect); err != nil {
 		return res, refuse(c, err)
 	}
-	res.Reliability, res.CC = q.rel.String(), q.cc.String()
+	res.Reliability, res.SRWindow, res.CC = q.rel.String(), q.srWin, q.cc.String()
 	if lr, err = lmrm.NewRequester(q.qp, q.pd, q.cq, cfg); err != nil {
 		return res, refuse(c, err)
 	}

@@ -41,7 +41,7 @@ func sendLMRM(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev 
 		return res, err
 	}
 	res = Result{Name: name, Size: size, Link: dev.LinkName(), Peer: acc.Link, Op: OpLMRM,
-		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), CC: q.cc.String()}
+		PathMTU: min(dev.PathMTU().Bytes(), acc.PathMTU), Reliability: q.rel.String(), SRWindow: q.srWin, CC: q.cc.String()}
 	start := time.Now()
 	// No slots go by the control connection: a free message is refused.
 	_, final := watchFree(c, cancel, 0)
@@ -84,7 +84,7 @@ func (s *Server) servePutLMRM(ctx context.Context, c *ctrl, req *message) (res R
 	if err := q.connect(req, o.Connect); err != nil {
 		return res, refuse(c, err)
 	}
-	res.Reliability, res.CC = q.rel.String(), q.cc.String()
+	res.Reliability, res.SRWindow, res.CC = q.rel.String(), q.srWin, q.cc.String()
 	k := &sink{w: tmp.File, h: sha256.New(), size: req.Size}
 	if p, err = lmrm.NewProvider(q.qp, q.pd, q.cq, cfg, k.deliver); err != nil {
 		return res, refuse(c, err)

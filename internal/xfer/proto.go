@@ -54,6 +54,10 @@ type message struct {
 	// it, the server's accept says what both then use. Empty (an xdproce
 	// without it, or --reliability gbn): go-back-N.
 	Reliability string `json:"reliability,omitempty"`
+	// SRWindow, with Reliability "sr": how many PSNs past a hole this
+	// side's responder holds (roce.SRHold), which caps the peer's send
+	// window. Absent (an xdproce with the first SR_SACK format): 256.
+	SRWindow int `json:"sr_window,omitempty"`
 	// CC "dcqcn": the RC queue pair runs DCQCN (docs/cc.md) if the other
 	// side's says "dcqcn" too, agreed as Reliability. Empty (an xdproce
 	// without it, or --cc none): no congestion control.

@@ -93,6 +93,9 @@ type qpConn struct {
 	// rel is the loss recovery this side offers (offer, before endpoint)
 	// or, after connect, the one both sides use.
 	rel roce.Reliability
+	// srWin is, after connect with selective repeat, the peer's hold
+	// (the send window's cap; 0: 256).
+	srWin int
 	// cc is likewise the congestion control (docs/cc.md).
 	cc roce.CongestionControl
 	// commit is an OOO put's server: the commit record's context
@@ -183,6 +186,7 @@ func (q *qpConn) endpoint(m *message) {
 	m.Link = q.dev.LinkName()
 	if q.rel == roce.SelectiveRepeat {
 		m.Reliability = roce.SelectiveRepeat.String()
+		m.SRWindow = roce.SRHold
 	}
 	if q.cc == roce.DCQCN {
 		m.CC = roce.DCQCN.String()
@@ -230,6 +234,10 @@ func (q *qpConn) connect(m *message, o *roce.ConnectOptions) error {
 		co.Reliability = roce.GoBackN
 	}
 	q.rel = co.Reliability
+	co.SRWindow = m.SRWindow // what the peer holds past a hole (0: 256)
+	if q.rel == roce.SelectiveRepeat {
+		q.srWin = max(m.SRWindow, 0)
+	}
 	// DCQCN likewise: never towards a peer that did not say "dcqcn" (rxe
 	// and older xdproce do not know CNPs).
 	if co.CC != roce.DCQCN || m.CC != roce.DCQCN.String() || q.qp.Type() != roce.RC {

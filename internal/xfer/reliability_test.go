@@ -12,7 +12,8 @@ import (
 // TestReliabilityAgreement: selective repeat is used only when the client
 // asks for it and the server wants it too; otherwise go-back-N. Both sides
 // report the same choice, and the file lands byte-exact either way (send
-// and get).
+// and get); with selective repeat the server's hold (sr_window) caps the
+// client's window.
 func TestReliabilityAgreement(t *testing.T) {
 	opts := func(r roce.Reliability) *Options {
 		co := roce.DefaultConnectOptions()
@@ -41,6 +42,11 @@ func TestReliabilityAgreement(t *testing.T) {
 			}
 			if res.Reliability != c.want {
 				t.Fatalf("send used %q, want %q", res.Reliability, c.want)
+			}
+			// The server said how much it holds past a hole; the send
+			// window is capped there (go-back-N: no cap).
+			if wantWin := map[string]int{"sr": roce.SRHold}[c.want]; res.SRWindow != wantWin {
+				t.Fatalf("send's SR window %d, want %d", res.SRWindow, wantWin)
 			}
 			if got, err := os.ReadFile(filepath.Join(r.dir, "f")); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("stored %d bytes (%v)", len(got), err)

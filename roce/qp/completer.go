@@ -191,7 +191,7 @@ func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
 			if wire.PSNBefore(last, w.readPSN) {
 				break // consistent with the responses received so far
 			}
-			q.win.advance(w.readPSN)
+			q.win.advance(w.readPSN, q.e.now)
 			return w.readPSN, false
 		}
 		if wire.PSNBefore(last, w.lastPSN) {
@@ -199,7 +199,7 @@ func (q *QP) ackThrough(last uint32) (retry uint32, ok bool) {
 		}
 		w.done = true
 	}
-	q.win.advance(next)
+	q.win.advance(next, q.e.now)
 	return 0, true
 }
 
@@ -306,7 +306,7 @@ func (q *QP) compRead(k *compPkt) (compState, compAction) {
 		return compError, compActNone
 	}
 	w.readPSN = wire.PSNAdd(psn, 1)
-	q.win.advance(w.readPSN)
+	q.win.advance(w.readPSN, q.e.now)
 	if last {
 		w.done = true
 	}
@@ -359,7 +359,7 @@ func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
 	}
 	w.done = true
 	w.readPSN = wire.PSNAdd(psn, 1)
-	q.win.advance(w.readPSN)
+	q.win.advance(w.readPSN, q.e.now)
 	q.comp.gapSet = false
 	return compDone, compActProgress
 }
@@ -429,7 +429,8 @@ func (q *QP) compProgress(before uint32) {
 // oldest unacknowledged PSN without spending retry_cnt; the local ACK timer
 // (IBA 9.7) resends from there while retry_cnt lasts, then completes the
 // oldest WQE with RETRY_EXC_ERR. With selective repeat "resends" means what
-// is in flight and not held by the responder (lostInFlight).
+// is in flight and not held by the responder (lostInFlight), and the fast
+// timer only probes with the newest of those.
 func (q *QP) timers() {
 	c := &q.comp
 	fast, timeout := q.win.expired(q.e.now)
@@ -437,7 +438,7 @@ func (q *QP) timers() {
 		q.stats.inc(CtrFastRetransmits)
 		c.gapSet = false
 		c.retrying = true
-		q.lostInFlight()
+		q.lostInFlight(true)
 	}
 	if !timeout {
 		return
@@ -452,7 +453,7 @@ func (q *QP) timers() {
 	q.stats.inc(CtrCompleterRetries)
 	c.gapSet = false
 	c.retrying = true
-	q.lostInFlight()
+	q.lostInFlight(false)
 }
 
 // retire completes done send WQEs in order: a WC for signaled or failed ones.

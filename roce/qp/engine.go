@@ -130,7 +130,7 @@ func (q *QP) applyCtl() {
 		q.req.start(e.attr.SQPSN)
 		q.comp.start(&e.attr)
 		q.win.start(e.attr.SQPSN, q.window, q.fixedWin)
-		q.win.sr.enable(e.attr.SelectiveRepeat, &q.win)
+		q.win.sr.enable(e.attr.SelectiveRepeat, &q.win, e.attr.SRWindow)
 		q.ccStart(true)
 	}
 	q.win.setTimeout(timeoutNs(e.attr.Timeout))

@@ -93,9 +93,10 @@ type pairOpts struct {
 	noConnect  bool
 	f          faults
 	maxInline  int
-	txBufs     int  // transmit buffers of each end (0: 512)
-	sr         bool // selective repeat (Attr.SelectiveRepeat) on both ends
-	dcqcn      bool // DCQCN (Attr.DCQCN, frames ECT(0)) on both ends
+	txBufs     int    // transmit buffers of each end (0: 512)
+	sr         bool   // selective repeat (Attr.SelectiveRepeat) on both ends
+	srWindow   uint32 // Attr.SRWindow on both ends (0: the first format's 256)
+	dcqcn      bool   // DCQCN (Attr.DCQCN, frames ECT(0)) on both ends
 	ccParams   DCQCNParams
 }
 
@@ -187,7 +188,7 @@ func connect(tb testing.TB, e, peer *end, o pairOpts, sqPSN, rqPSN uint32) {
 		av.TOS = ecnECT0
 	}
 	must(tb, q.Modify(&Attr{State: RTR, AV: av, PathMTU: o.mtu, DestQPN: peer.q.QPN(), RQPSN: rqPSN,
-		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR, SelectiveRepeat: o.sr, DCQCN: o.dcqcn}, rtr))
+		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR, SelectiveRepeat: o.sr, SRWindow: o.srWindow, DCQCN: o.dcqcn}, rtr))
 	must(tb, q.Modify(&Attr{State: RTS, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
 		MaxRdAtomic: o.rdAtomic}, AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxRdAtomic))
 }

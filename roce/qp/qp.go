@@ -444,6 +444,7 @@ func applyAttr(dst, a *Attr, m AttrMask) {
 	}
 	if m&AttrSelectiveRepeat != 0 {
 		dst.SelectiveRepeat = a.SelectiveRepeat
+		dst.SRWindow = a.SRWindow
 	}
 	if m&AttrDCQCN != 0 {
 		dst.DCQCN = a.DCQCN

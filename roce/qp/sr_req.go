@@ -5,17 +5,18 @@ import "github.com/xdproce/xdproce/roce/wire"
 // Selective repeat, the requester's half (docs/sr-wire.md): the completer
 // records each SR_SACK in the send window's scoreboard (window_sr.go); the
 // requester, before it sends anything new, resends each PSN the scoreboard
-// names as missing, one packet at a time, without moving its place in the
-// send queue. A timer marks everything in flight and not held as missing
+// names as lost (by transmission order: window_sr.go), one packet at a
+// time, without moving its place in the send queue. A timer marks everything in flight and not held as missing
 // instead of rewinding. READ responses stay go-back-N: a lost one makes the
 // completer re-request the READ from the first response missing.
 
 // compSack handles an SR_SACK: everything before its PSN is acknowledged,
-// its bitmap goes to the scoreboard.
+// its bitmap goes to the scoreboard; one that shows new PSNs held restarts
+// the timers (sackNews).
 func (q *QP) compSack(p *wire.Packet) {
 	q.stats.inc(CtrSACKsRecv)
 	psn, una := p.BTH.PSN, q.win.unacked()
-	if len(p.Payload) != wire.SACKLen || !q.win.wasSent(psn) || wire.PSNBefore(psn, una) {
+	if len(p.Payload) < wire.SACKLen || len(p.Payload)%wire.SACKLen != 0 || !q.win.wasSent(psn) || wire.PSNBefore(psn, una) {
 		q.stats.inc(CtrDropped) // stale (acknowledged since) or never sent
 		return
 	}
@@ -36,21 +37,31 @@ func (q *QP) compSack(p *wire.Packet) {
 			q.compProgress(una)
 		}
 	}
-	q.win.sr.sack(psn, p.Payload, q.win.unacked(), q.win.max)
+	if q.win.sr.sack(psn, p.Payload, q.win.unacked(), q.win.max, q.e.now, q.win.srtt) {
+		q.win.sr.sackNews(&q.win, q.e.now)
+	}
 	q.win.sr.sackRTT(&q.win, q.e.now)
 }
 
-// lostInFlight responds to a timer (fast retransmission or local ACK
-// timeout): go-back-N from unacked, or with selective repeat every PSN in
-// flight and not held is resent once more. An unanswered READ or atomic at
-// unacked is re-requested either way (its responses are not SACKed).
-func (q *QP) lostInFlight() {
+// lostInFlight responds to a timer (the fast retransmission timer when
+// probe, or the local ACK timeout): go-back-N from unacked; with selective
+// repeat the local ACK timeout resends every PSN in flight and not held,
+// the fast timer only the newest of those (a probe: as TCP's tail loss
+// probe, its SACK shows by transmission order what else is lost, and a
+// round trip that was only late costs one packet, not the window). An
+// unanswered READ or atomic at unacked is re-requested either way (its
+// responses are not SACKed).
+func (q *QP) lostInFlight(probe bool) {
 	if !q.win.sr.on {
 		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
 		return
 	}
 	if w := q.oldest(); w != nil && w.opcode.isReadOrAtomic() {
 		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
+		return
+	}
+	if probe {
+		q.win.sr.probe(q.win.unacked(), q.win.max)
 		return
 	}
 	q.win.sr.lostAll(q.win.unacked(), q.win.max)
@@ -62,7 +73,7 @@ func (q *QP) lostInFlight() {
 func (q *QP) srResend(out Output, budget *int) bool {
 	r := &q.req
 	for {
-		psn, ok := q.win.sr.nextHole(q.win.unacked())
+		psn, ok := q.win.sr.nextHole(q.win.unacked(), q.win.max)
 		if !ok || !q.win.pace.allow(q.e.now) {
 			return true // nothing missing, or paced: the requester waits too (canSend)
 		}
@@ -97,7 +108,6 @@ func (q *QP) srResend(out Output, budget *int) bool {
 		q.win.sent(psn, wire.PSNAdd(psn, 1), false, size, q.e.now)
 		q.stats.inc(CtrRetransmits)
 		q.stats.inc(CtrSRRetransmits)
-		q.win.sr.markResent(psn, q.win.max)
 		*r = saved
 	}
 }

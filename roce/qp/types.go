@@ -132,6 +132,12 @@ type Attr struct {
 	// and answers with SR_SACK, the requester resends only what is missing
 	// (docs/sr-wire.md). False: go-back-N, byte for byte as rxe.
 	SelectiveRepeat bool
+	// SRWindow (with AttrSelectiveRepeat): how many PSNs past a hole the
+	// peer's responder holds, which caps this side's send window (the
+	// peer said so in the negotiation: SRHold for an xdproce with the
+	// longer SR_SACK). 0: 256, the first SR format's, for a peer that did
+	// not say.
+	SRWindow uint32
 	// DCQCN (AttrDCQCN): congestion control with the peer (docs/cc.md):
 	// CNPs for CE-marked frames, the requester paced by DCQCN. The ECN
 	// bits of the frames sent are AV.TOS's: the caller sets ECT(0) there.

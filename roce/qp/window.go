@@ -190,6 +190,7 @@ func (w *sendWindow) sent(psn, next uint32, ackReq bool, size int, now int64) (r
 			}
 		}
 	}
+	w.sr.sent(psn, next, resent, now)
 	if !w.anySent || wire.PSNBefore(w.max, next) {
 		w.max, w.anySent = next, true
 	}
@@ -210,14 +211,14 @@ func (w *sendWindow) resend(psn uint32) {
 	}
 }
 
-// advance moves the oldest unacknowledged PSN forward to psn; it reports
-// whether it moved.
-func (w *sendWindow) advance(psn uint32) bool {
+// advance moves the oldest unacknowledged PSN forward to psn (an ACK at
+// now); it reports whether it moved.
+func (w *sendWindow) advance(psn uint32, now int64) bool {
 	if !wire.PSNBefore(w.una, psn) {
 		return false
 	}
 	if w.sr.on {
-		w.sr.forget(w.una, psn)
+		w.sr.forget(w.una, psn, now, w.srtt)
 	}
 	w.una = psn
 	return true
@@ -300,20 +301,25 @@ func (w *sendWindow) rnrPending() bool { return w.rnrUntil != 0 }
 // be restored if the ACK for the original comes after all. timeout: the
 // local ACK timer fired with requests outstanding: the window restarts from
 // the floor and the timer is armed again. Either way the caller resends
-// from unacked (and spends retry_cnt on a timeout).
+// from unacked (and spends retry_cnt on a timeout). With selective repeat
+// neither changes the window (as IRN: the window is capped near the
+// path's bandwidth-delay product and never shrinks on loss; congestion is
+// DCQCN's), and the caller resends only what the scoreboard says.
 func (w *sendWindow) expired(now int64) (fast, timeout bool) {
 	if w.fastDeadline != 0 && now >= w.fastDeadline {
 		w.fastDeadline = 0
 		if w.outstanding() && w.rnrUntil == 0 {
 			fast = true
 			w.fastTries++
-			if !w.undo && w.minRTT > 0 {
-				w.undo, w.undoAt, w.undoPSN, w.undoSentAt = true, now, w.fastPSN, w.fastSentAt
-				w.undoCwnd, w.undoSsthresh = w.cwnd, w.ssthresh
-				w.undoRecovering, w.undoRecoverPSN = w.recovering, w.recoverPSN
+			if !w.sr.on {
+				if !w.undo && w.minRTT > 0 {
+					w.undo, w.undoAt, w.undoPSN, w.undoSentAt = true, now, w.fastPSN, w.fastSentAt
+					w.undoCwnd, w.undoSsthresh = w.cwnd, w.ssthresh
+					w.undoRecovering, w.undoRecoverPSN = w.recovering, w.recoverPSN
+				}
+				w.undoResent = false // the resend starts again at unacked, before undoPSN
+				w.lossEvent(false)
 			}
-			w.undoResent = false // the resend starts again at unacked, before undoPSN
-			w.lossEvent(false)
 			w.sr.keepFast(w, now)
 		}
 	}
@@ -325,7 +331,9 @@ func (w *sendWindow) expired(now int64) (fast, timeout bool) {
 		return fast, false
 	}
 	w.undo = false
-	w.lossEvent(true)
+	if !w.sr.on {
+		w.lossEvent(true)
+	}
 	w.armTimer(now)
 	return fast, true
 }

@@ -1,48 +1,90 @@
 package qp
 
-import "github.com/xdproce/xdproce/roce/wire"
+import (
+	"encoding/binary"
+	"math/bits"
+
+	"github.com/xdproce/xdproce/roce/wire"
+)
 
 // srBoard is the send window's selective-repeat scoreboard
 // (docs/sr-wire.md): which PSNs in flight the responder holds (from its
-// SR_SACKs), which were resent, and up to where a PSN not held counts as
-// lost. The completer feeds it (sack, lostAll on a timer); the requester
-// asks it for the next PSN to resend (nextHole) and reports the resend
-// (resent). PSNs index it modulo srSlots: the window never has more than
+// SR_SACKs) and which are presumed lost. The completer feeds it (sack,
+// lostAll on a timer); the requester asks it for the next PSN to resend
+// (nextHole) and the window reports every packet sent (sent).
+//
+// Loss is judged by transmission order, as TCP's RACK does by time: every
+// packet sent gets the next transmission number, and once a SACK or an ACK
+// shows that transmission n arrived, every PSN whose latest transmission
+// came before n and that is neither held nor acknowledged is lost (on a
+// path that keeps order it would have arrived first). A packet past a hole
+// thus marks the hole lost, and a resend that arrived marks lost both the
+// earlier resends that did not and the new packets sent before it, even
+// when the window is full and nothing new follows them. Each transmission
+// is judged once (log), so the work is constant per packet. The arrival of
+// a PSN that was resent is the resend's only when it comes a round trip
+// (srtt) or more after the resend: sooner, it is the original, late
+// (reordered), and says nothing about what was sent since; without this,
+// a reordered packet resent and then arriving would mark lost every packet
+// in flight.
+//
+// PSNs index the bitmaps modulo srSlots: the window never has more than
 // srSlots PSNs in flight when it is on (enable caps it), so the PSNs from
-// unacked on map to distinct bits; advance clears what it passes.
+// unacked on map to distinct bits; advance clears what it passes. Its
+// arrays are allocated when it is turned on: a queue pair without
+// selective repeat has none.
 type srBoard struct {
 	on     bool
-	sacked [srSlots / 64]uint64 // the responder holds it (or it is not a request: READ responses)
-	resent [srSlots / 64]uint64 // resent since last found missing
-	// resentMax is the window's max when the PSN was resent (nil until the
-	// first resend; valid where resent is set): a SACK of a
-	// PSN at or past it shows the resend was lost too.
-	resentMax *[srSlots]uint32
-	high      uint32 // PSNs before this not SACKed are missing
-	highSet   bool
-	scan      uint32 // nextHole looks from here
+	sacked *[srWords]uint64 // the responder holds it (or it is not a request: READ responses)
+	lost   *[srWords]uint64 // presumed lost and not resent since
+	seq    *[srSlots]uint32 // each PSN's latest transmission number
+	resAt  *[srSlots]int64  // when it was resent (0: sent once)
+	log    *[srLog]uint32   // the PSN of transmission n, at n % srLog
+	txSeq  uint32           // the next transmission number
+	judged uint32           // transmissions before this one are judged
+	mark   uint32           // transmission mark-1 arrived (0: none known)
+	scan   uint32           // nextHole looks from here
+	high   uint32           // and up to here (one past the highest PSN marked lost)
 }
 
+// srLog is how many transmissions the log remembers: more than can be in
+// flight unjudged (a window of srSlots PSNs and its resends). An older
+// transmission not judged in time is left to the timers.
+const srLog = 2 * srSlots
+
 // enable turns the scoreboard on or off for a window w that start has just
-// opened; on caps the window at srSlots PSNs, the hold buffer of the
-// responder. Selective repeat keeps the window when a SACK reports a hole:
-// only the timers shrink it (and back off).
-func (b *srBoard) enable(on bool, w *sendWindow) {
-	*b = srBoard{on: on, resentMax: b.resentMax}
+// opened; on caps the window at peer PSNs, what the responder holds past a
+// hole (Attr.SRWindow; 0: srLegacyWindow, at most srSlots). Selective
+// repeat keeps the window when a SACK reports a hole: only the timers
+// shrink it (and back off).
+func (b *srBoard) enable(on bool, w *sendWindow, peer uint32) {
+	old := *b
+	*b = srBoard{on: on}
 	if !on {
 		return
 	}
-	w.limit = min(w.limit, srSlots)
+	if old.sacked == nil {
+		old.sacked, old.lost = new([srWords]uint64), new([srWords]uint64)
+		old.seq, old.log, old.resAt = new([srSlots]uint32), new([srLog]uint32), new([srSlots]int64)
+	}
+	clear(old.sacked[:])
+	clear(old.lost[:])
+	b.sacked, b.lost, b.seq, b.log, b.resAt = old.sacked, old.lost, old.seq, old.log, old.resAt
+	b.scan, b.high = w.una, w.una
+	if peer == 0 {
+		peer = srLegacyWindow
+	}
+	w.limit = min(w.limit, peer, srSlots)
 	w.cwnd = min(w.cwnd, w.limit)
 	w.ssthresh = min(w.ssthresh, w.limit)
 }
 
-func bit(a *[srSlots / 64]uint64, psn uint32) bool {
+func bit(a *[srWords]uint64, psn uint32) bool {
 	i := psn & srMask
 	return a[i/64]&(1<<(i%64)) != 0
 }
 
-func setBit(a *[srSlots / 64]uint64, psn uint32, v bool) {
+func setBit(a *[srWords]uint64, psn uint32, v bool) {
 	i := psn & srMask
 	if v {
 		a[i/64] |= 1 << (i % 64)
@@ -51,60 +93,167 @@ func setBit(a *[srSlots / 64]uint64, psn uint32, v bool) {
 	}
 }
 
-// forget clears the PSNs from..to-1 (acknowledged: unacked moved past them).
-func (b *srBoard) forget(from, to uint32) {
+// seqBefore reports whether transmission a came before b.
+func seqBefore(a, b uint32) bool { return int32(a-b) < 0 }
+
+// sent numbers the transmission at now of the packet at psn (next is the
+// PSN after it: a READ request covers its responses' PSNs), a resend if
+// resent.
+func (b *srBoard) sent(psn, next uint32, resent bool, now int64) {
+	if !b.on {
+		return
+	}
+	n := b.txSeq
+	b.txSeq++
+	b.log[n%srLog] = psn
+	at := int64(0)
+	if resent {
+		at = max(now, 1)
+	}
+	for p := psn; p != next; p = wire.PSNAdd(p, 1) {
+		b.seq[p&srMask] = n
+		b.resAt[p&srMask] = at
+	}
+	setBit(b.lost, psn, false)
+	if d := b.txSeq - b.judged; d > srLog {
+		b.judged = b.txSeq - srLog // overwritten unjudged: the timers take them
+	}
+}
+
+// arrived notes that psn arrived (held or acknowledged), known at now;
+// rtt is the smoothed round trip. A resent PSN known to have arrived
+// sooner than rtt after the resend is taken for its original, which says
+// nothing new.
+func (b *srBoard) arrived(psn uint32, now, rtt int64) {
+	i := psn & srMask
+	if at := b.resAt[i]; at != 0 && now-at < rtt {
+		return
+	}
+	if n := b.seq[i] + 1; seqBefore(b.mark, n) || b.mark == 0 {
+		b.mark = n
+	}
+}
+
+// forget clears the PSNs from..to-1 (acknowledged at now: unacked moved
+// past them) and notes them arrived.
+func (b *srBoard) forget(from, to uint32, now, rtt int64) {
 	if wire.PSNDiff(to, from) >= srSlots {
 		clear(b.sacked[:])
-		clear(b.resent[:])
+		clear(b.lost[:])
+		b.arrived(wire.PSNAdd(to, wire.PSNMask), now, rtt)
 		return
 	}
 	for psn := from; wire.PSNBefore(psn, to); psn = wire.PSNAdd(psn, 1) {
-		setBit(&b.sacked, psn, false)
-		setBit(&b.resent, psn, false)
+		b.arrived(psn, now, rtt)
+		setBit(b.sacked, psn, false)
+		setBit(b.lost, psn, false)
 	}
 }
 
 // sack records an SR_SACK: base is the first missing PSN, bm its bitmap
-// (bit j: PSN base+1+j held); max is one past the highest PSN sent. PSNs
-// never sent are ignored. The scan starts again at una.
-func (b *srBoard) sack(base uint32, bm []byte, una, max uint32) {
-	psn := wire.PSNAdd(base, 1)
-	for j := 0; j < srSlots && j/8 < len(bm) && wire.PSNBefore(psn, max); j++ {
-		if bm[j/8]&(1<<(j%8)) != 0 {
-			setBit(&b.sacked, psn, true)
-			if next := wire.PSNAdd(psn, 1); !b.highSet || wire.PSNBefore(b.high, next) {
-				b.high, b.highSet = next, true
-			}
+// (bit j: PSN base+1+j held; a multiple of 8 bytes); max is one past the
+// highest PSN sent, now the time it came, rtt the smoothed round trip.
+// PSNs never sent are ignored. The scan starts again at una. It reports
+// whether the SACK named a PSN held that was not known to be (the
+// responder is receiving).
+func (b *srBoard) sack(base uint32, bm []byte, una, max uint32, now, rtt int64) (news bool) {
+	if !b.on {
+		return false
+	}
+	first := wire.PSNAdd(base, 1)
+	n := min(int(wire.PSNDiff(max, first)), 8*len(bm)) // bits that name a PSN sent
+	for k := 0; k < n; k += 64 {
+		v := binary.LittleEndian.Uint64(bm[k/8:])
+		if n-k < 64 {
+			v &= 1<<(n-k) - 1
 		}
-		psn = wire.PSNAdd(psn, 1)
+		if v == 0 {
+			continue
+		}
+		psn := wire.PSNAdd(first, uint32(k))
+		i := psn & srMask
+		w, s := i/64, i%64
+		old := b.sacked[w] >> s
+		if s != 0 {
+			old |= b.sacked[(w+1)%srWords] << (64 - s)
+		}
+		b.sacked[w] |= v << s
+		if s != 0 {
+			b.sacked[(w+1)%srWords] |= v >> (64 - s)
+		}
+		for fresh := v &^ old; fresh != 0; fresh &= fresh - 1 {
+			b.arrived(wire.PSNAdd(psn, uint32(bits.TrailingZeros64(fresh))), now, rtt)
+			news = true
+		}
 	}
 	b.scan = una
+	return news
+}
+
+// judge marks lost every transmission before mark whose PSN, in una..max-1,
+// is neither held nor sent again since.
+func (b *srBoard) judge(una, max uint32) {
+	if b.mark == 0 {
+		return
+	}
+	inFlight := uint32(wire.PSNDiff(max, una))
+	for ; seqBefore(b.judged, b.mark) && seqBefore(b.judged, b.txSeq); b.judged++ {
+		psn := b.log[b.judged%srLog]
+		if b.seq[psn&srMask] != b.judged || uint32(wire.PSNDiff(psn, una)) >= inFlight || bit(b.sacked, psn) {
+			continue
+		}
+		setBit(b.lost, psn, true)
+		if wire.PSNBefore(psn, b.scan) {
+			b.scan = psn
+		}
+		if next := wire.PSNAdd(psn, 1); wire.PSNBefore(b.high, next) {
+			b.high = next
+		}
+	}
 }
 
 // lostAll presumes everything in flight and not held lost (a timer fired):
 // every such PSN up to max is resent once more.
 func (b *srBoard) lostAll(una, max uint32) {
-	b.high, b.highSet = max, true
-	clear(b.resent[:])
-	b.scan = una
+	for psn := una; wire.PSNBefore(psn, max); psn = wire.PSNAdd(psn, 1) {
+		setBit(b.lost, psn, !bit(b.sacked, psn))
+	}
+	b.scan, b.high = una, max
+	b.judged = b.txSeq // what is lost now is marked
 }
 
-// nextHole returns the next PSN to resend: at or after una, before high,
-// not held by the responder, and not resent already unless a SACK showed
-// the resend lost too.
-func (b *srBoard) nextHole(una uint32) (uint32, bool) {
-	if !b.on || !b.highSet {
+// probe marks lost the newest PSN in flight (una..max-1) not held.
+func (b *srBoard) probe(una, max uint32) {
+	for psn := wire.PSNAdd(max, wire.PSNMask); wire.PSNDiff(psn, una) >= 0; psn = wire.PSNAdd(psn, wire.PSNMask) {
+		if !bit(b.sacked, psn) {
+			setBit(b.lost, psn, true)
+			if wire.PSNBefore(psn, b.scan) {
+				b.scan = psn
+			}
+			if next := wire.PSNAdd(psn, 1); wire.PSNBefore(b.high, next) {
+				b.high = next
+			}
+			return
+		}
+	}
+}
+
+// nextHole returns the next PSN to resend: at or after una, before max,
+// presumed lost, not held and not resent since.
+func (b *srBoard) nextHole(una, max uint32) (uint32, bool) {
+	if !b.on {
 		return 0, false
+	}
+	b.judge(una, max)
+	if wire.PSNBefore(b.high, una) {
+		b.high = una
 	}
 	psn := b.scan
 	if wire.PSNBefore(psn, una) {
 		psn = una
 	}
-	for ; wire.PSNBefore(psn, b.high); psn = wire.PSNAdd(psn, 1) {
-		if bit(&b.sacked, psn) {
-			continue
-		}
-		if !bit(&b.resent, psn) || wire.PSNBefore(b.resentMax[psn&srMask], b.high) {
+	for ; wire.PSNBefore(psn, b.high) && wire.PSNBefore(psn, max); psn = wire.PSNAdd(psn, 1) {
+		if bit(b.lost, psn) && !bit(b.sacked, psn) {
 			b.scan = psn
 			return psn, true
 		}
@@ -113,37 +262,44 @@ func (b *srBoard) nextHole(una uint32) (uint32, bool) {
 	return 0, false
 }
 
-// markResent notes that psn was resent while max was one past the highest PSN
-// sent.
-func (b *srBoard) markResent(psn, max uint32) {
-	setBit(&b.resent, psn, true)
-	if b.resentMax == nil {
-		b.resentMax = new([srSlots]uint32)
-	}
-	b.resentMax[psn&srMask] = max
-	b.scan = wire.PSNAdd(psn, 1)
-}
-
 // skip takes psn off the holes: it is not a request the responder holds (a
 // READ response's PSN), or it cannot be rebuilt; the go-back-N paths and
 // the timers recover it.
 func (b *srBoard) skip(psn uint32) {
-	setBit(&b.sacked, psn, true)
+	setBit(b.sacked, psn, true)
+	setBit(b.lost, psn, false)
 	b.scan = wire.PSNAdd(psn, 1)
 }
 
+// srFastMaxTries bounds the fast retransmissions without progress under
+// selective repeat (go-back-N: fastMaxTries); each doubles the timeout, and
+// none is armed past the local ACK timeout.
+const srFastMaxTries = 8
+
 // keepFast keeps the window's fast retransmission timer running while
 // requests are outstanding (after progress, and after it fired, backed off
-// by fastTries up to fastMaxTries): with selective repeat a lost resend
+// by fastTries up to srFastMaxTries): with selective repeat a lost resend
 // may have nothing after it that a SACK could show arrived, and resends do
 // not arm the timer themselves (sr_req.go). Without selective repeat it
 // does nothing.
 func (b *srBoard) keepFast(w *sendWindow, now int64) {
-	if b.on && w.srtt != 0 && w.outstanding() && w.fastTries < fastMaxTries {
+	if b.on && w.srtt != 0 && w.outstanding() && w.fastTries < srFastMaxTries {
 		if rto := w.rto(); w.timeout == 0 || rto < w.timeout {
 			w.fastDeadline = now + rto
 		}
 	}
+}
+
+// sackNews responds to a SACK at now that showed new PSNs held: the
+// responder is receiving, so the local ACK timer starts again (it is
+// IBA's detector of a silent peer, and a path at 5 % loss may keep the
+// oldest PSN unacknowledged for longer than it while everything else
+// arrives) and the fast timer goes back to its first timeout.
+func (b *srBoard) sackNews(w *sendWindow, now int64) {
+	w.fastTries = 0
+	w.armTimer(now)
+	w.fastDeadline = 0
+	b.keepFast(w, now)
 }
 
 // sackRTT takes the window's RTT sample when a SACK at now shows its packet
@@ -152,7 +308,7 @@ func (b *srBoard) keepFast(w *sendWindow, now int64) {
 // would add the repair time to the round trip (and push the fast timer's
 // timeout past the local ACK timeout, where it is not armed at all).
 func (b *srBoard) sackRTT(w *sendWindow, now int64) {
-	if b.on && w.sampling && bit(&b.sacked, w.sampPSN) && !wire.PSNBefore(w.sampPSN, w.una) {
+	if b.on && w.sampling && bit(b.sacked, w.sampPSN) && !wire.PSNBefore(w.sampPSN, w.una) {
 		w.rttSample(now - w.sampAt)
 		w.sampling = false
 	}

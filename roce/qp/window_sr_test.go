@@ -1,8 +1,12 @@
 package qp
 
 import (
+	"cmp"
+	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/xdproce/xdproce/roce/wire"
 )
 
 // sackBits is an SR_SACK bitmap with the given offsets past the base set
@@ -15,6 +19,15 @@ func sackBits(offs ...int) []byte {
 	return b
 }
 
+// psnRange is the PSNs from..to-1.
+func psnRange(from, to uint32) []uint32 {
+	var r []uint32
+	for p := from; p != to; p++ {
+		r = append(r, p)
+	}
+	return r
+}
+
 // TestSRWindow drives the selective-repeat scoreboard as the completer and
 // requester do: the PSNs the requester would resend after each step.
 func TestSRWindow(t *testing.T) {
@@ -25,6 +38,8 @@ func TestSRWindow(t *testing.T) {
 		ack    uint32 // advance unacked to this PSN (0: no)
 		lost   bool   // a timer fired
 		send   uint32 // new PSNs sent before the resends (window max grows)
+		at     int64  // the time of the step (0: 1000)
+		rtt    int64  // the smoothed round trip then
 		resend []uint32
 	}
 	for _, c := range []struct {
@@ -40,29 +55,45 @@ func TestSRWindow(t *testing.T) {
 		{"a resend lost again", []step{
 			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
 			// sent after the resend: 164 SACKed shows the resend of 100 lost
-			{send: 20, sack: true, base: 100, held: []int{1, 64}, resend: []uint32{100, 102, 103, 104, 105, 106, 107, 108, 109, 110,
-				111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135,
-				136, 137, 138, 139, 140, 141, 142, 143, 144, 145, 146, 147, 148, 149, 150, 151, 152, 153, 154, 155, 156, 157, 158, 159, 160,
-				161, 162, 163}},
+			{send: 20, sack: true, base: 100, held: []int{1, 64}, resend: append([]uint32{100}, psnRange(102, 164)...)},
+		}},
+		// The window is full (nothing new): the resend of 102 arrived, so
+		// the resend of 100 before it was lost, and so were 104..163, sent
+		// before it and not held.
+		{"a later resend shows an earlier one lost", []step{
+			{sack: true, base: 100, held: []int{1, 3}, resend: []uint32{100, 102}},
+			{sack: true, base: 100, held: []int{1, 2, 3}, resend: append([]uint32{100}, psnRange(104, 164)...)},
 		}},
 		{"timeout: everything not held", []step{
 			{sack: true, base: 100, held: []int{1, 3}, resend: []uint32{100, 102}},
-			{lost: true, resend: []uint32{100, 102, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118,
-				119, 120, 121, 122, 123, 124, 125, 126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 136, 137, 138, 139, 140, 141, 142,
-				143, 144, 145, 146, 147, 148, 149, 150, 151, 152, 153, 154, 155, 156, 157, 158, 159, 160, 161, 162, 163}},
+			{lost: true, resend: append([]uint32{100, 102}, psnRange(104, 164)...)},
 		}},
 		{"all holes filled", []step{
 			{sack: true, base: 100, held: []int{2, 4}, resend: []uint32{100, 101, 103}},
-			{ack: 105, resend: nil},
+			// An ACK with nothing held: the resend of 103 arrived, so
+			// 105..163, sent before it, did not.
+			{ack: 105, resend: psnRange(105, 164)},
 			{ack: 110, sack: true, base: 110, held: []int{1}, resend: []uint32{110}},
+		}},
+		// 100 resent at 1000; the ACK of it 200 ns later, sooner than the
+		// round trip (500), answers the original (reordered): nothing sent
+		// before the resend is presumed lost. 600 ns later it is the
+		// resend's, and 102..163 sent before it did not arrive.
+		{"a late original is not the resend", []step{
+			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
+			{at: 1200, rtt: 500, ack: 102, resend: nil},
+		}},
+		{"a resend answered after a round trip", []step{
+			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
+			{at: 1600, rtt: 500, ack: 102, resend: psnRange(102, 164)},
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var w sendWindow
 			w.start(100, 1024, false)
-			w.sr.enable(true, &w)
-			if w.limit != srSlots || w.cwnd > srSlots {
-				t.Fatalf("window limit %d cwnd %d, want at most %d", w.limit, w.cwnd, srSlots)
+			w.sr.enable(true, &w, 0)
+			if w.limit != srLegacyWindow || w.cwnd > srLegacyWindow {
+				t.Fatalf("window limit %d cwnd %d, want at most %d", w.limit, w.cwnd, srLegacyWindow)
 			}
 			max := uint32(100)
 			send := func(n uint32) {
@@ -74,23 +105,25 @@ func TestSRWindow(t *testing.T) {
 			send(64)
 			for i, s := range c.steps {
 				send(s.send)
+				now := cmp.Or(s.at, 1000)
+				w.srtt = s.rtt
 				if s.ack != 0 {
-					w.advance(s.ack)
+					w.advance(s.ack, now)
 				}
 				if s.sack {
-					w.sr.sack(s.base, sackBits(s.held...), w.una, w.max)
+					w.sr.sack(s.base, sackBits(s.held...), w.una, w.max, now, s.rtt)
 				}
 				if s.lost {
 					w.sr.lostAll(w.una, w.max)
 				}
 				var got []uint32
 				for {
-					psn, ok := w.sr.nextHole(w.una)
+					psn, ok := w.sr.nextHole(w.una, w.max)
 					if !ok {
 						break
 					}
 					got = append(got, psn)
-					w.sr.markResent(psn, w.max)
+					w.sent(psn, psn+1, false, 0, now)
 				}
 				if !slices.Equal(got, s.resend) {
 					t.Fatalf("step %d: resends %v, want %v", i, got, s.resend)
@@ -105,10 +138,76 @@ func TestSRWindow(t *testing.T) {
 func TestSRWindowOff(t *testing.T) {
 	var w sendWindow
 	w.start(100, 1024, true)
-	w.sr.enable(false, &w)
+	w.sr.enable(false, &w, 0)
 	w.sent(100, 101, true, 0, 1)
-	w.sr.sack(100, sackBits(1), 100, 101)
-	if _, ok := w.sr.nextHole(100); ok || w.limit != 1024 {
+	w.sr.sack(100, sackBits(1), 100, 101, 1, 0)
+	if _, ok := w.sr.nextHole(100, 101); ok || w.limit != 1024 {
 		t.Fatalf("go-back-N window: a hole named, or limit %d", w.limit)
+	}
+}
+
+// TestSRSackBitmap: the responder holds random PSNs up to srSlots past the
+// expected one (across the 24-bit wrap); its SACK bitmap is the shortest
+// multiple of 32 bytes that covers the highest held, names exactly the
+// held PSNs, and the requester's scoreboard reading it marks exactly those
+// (the ones sent) and presumes missing what is before the highest held.
+func TestSRSackBitmap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var h srHold
+	h.enable(true)
+	buf := make([]byte, wire.SACKMaxLen)
+	for iter := range 500 {
+		epsn := wire.PSNAdd(wire.PSNMask-1000, uint32(rng.IntN(3000)))
+		h.reset()
+		want := map[uint32]bool{}
+		span := 1 + rng.IntN(srSlots)
+		for range rng.IntN(span) + 1 {
+			d := 1 + rng.IntN(span)
+			psn := wire.PSNAdd(epsn, uint32(d))
+			if d >= srSlots || want[psn] {
+				continue
+			}
+			p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteMiddle, PSN: psn}, Payload: []byte{byte(d)}}
+			h.put(&p, 1024)
+			want[psn] = true
+		}
+		top := 0
+		for psn := range want {
+			top = max(top, int(wire.PSNDiff(psn, epsn)))
+		}
+		n := h.bitmap(buf, epsn)
+		if wantN := max(1, (top+255)/256) * wire.SACKLen; n != wantN {
+			t.Fatalf("iter %d: bitmap of %d bytes with the highest held %d past, want %d", iter, n, top, wantN)
+		}
+		for j := range 8 * n {
+			psn := wire.PSNAdd(epsn, uint32(j+1))
+			if got := buf[j/8]&(1<<(j%8)) != 0; got != want[psn] || got != h.has(psn) {
+				t.Fatalf("iter %d: bit %d (PSN %#x) is %v, held %v", iter, j, psn, got, want[psn])
+			}
+		}
+		// The requester sent everything up to sent (maybe less than held:
+		// those bits must be ignored).
+		var w sendWindow
+		w.start(epsn, srSlots, true)
+		w.sr.enable(true, &w, srSlots)
+		sent := wire.PSNAdd(epsn, uint32(1+rng.IntN(srSlots)))
+		w.max, w.anySent = sent, true
+		w.sr.sack(epsn, buf[:n], epsn, sent, 1, 0)
+		for psn := epsn; psn != sent; psn = wire.PSNAdd(psn, 1) {
+			held := want[psn]
+			if bit(w.sr.sacked, psn) != held {
+				t.Fatalf("iter %d: scoreboard says PSN %#x held %v, want %v", iter, psn, !held, held)
+			}
+		}
+		for psn := range want {
+			s := h.take(psn)
+			if s.p.BTH.PSN != psn || len(s.p.Payload) != 1 || s.p.Payload[0] != byte(wire.PSNDiff(psn, epsn)) {
+				t.Fatalf("iter %d: slot for %#x holds %+v", iter, psn, s.p.BTH)
+			}
+			h.release(s)
+		}
+		if h.n != 0 || len(h.free) > srSlots {
+			t.Fatalf("iter %d: %d still held, %d free slots", iter, h.n, len(h.free))
+		}
 	}
 }

@@ -59,7 +59,7 @@ func (d *winDriver) send(from, to uint32) uint32 {
 // and only progress is reported to it (a repeated ACK is not).
 func (d *winDriver) ack(psn uint32) bool {
 	before := d.w.unacked()
-	if !d.w.advance(psn) {
+	if !d.w.advance(psn, d.now) {
 		return false
 	}
 	if d.w.acked(before, d.now) {

@@ -71,16 +71,21 @@ const (
 )
 
 // SRSack is xdproce's selective-repeat acknowledgement (docs/sr-wire.md),
-// in the manufacturer-specific range 0xE0..0xFF: BTH + AETH + a 32-byte
-// bitmap of the PSNs the responder holds past the first missing one (the
-// BTH PSN). Decode refuses it unless asked (AcceptSR): only a queue pair
+// in the manufacturer-specific range 0xE0..0xFF: BTH + AETH + a bitmap of
+// 32 to 256 bytes (a multiple of 32) of the PSNs the responder holds past
+// the first missing one (the BTH PSN). Decode refuses it unless asked (AcceptSR): only a queue pair
 // that negotiated selective repeat sends or reads it.
 const SRSack Opcode = 0xE0
 
-// SACKLen is the length of the SR_SACK bitmap (its payload): bit i (byte
-// i/8, bit i%8 from the least significant) says the PSN BTH.PSN+1+i was
-// received.
-const SACKLen = 32
+// SACKLen is the length of the shortest SR_SACK bitmap (its payload) and
+// the step of its length, SACKMaxLen the longest: bit i (byte i/8, bit i%8
+// from the least significant) says the PSN BTH.PSN+1+i was received. A
+// responder sends the shortest bitmap that covers what it holds, so a
+// peer whose window is at most 256 PSNs only ever sees 32 bytes.
+const (
+	SACKLen    = 32
+	SACKMaxLen = 256
+)
 
 // Transport is the service an opcode belongs to.
 type Transport uint8
@@ -338,7 +343,7 @@ func payloadRule(info *OpInfo, n int) (code int) {
 			return ruleCNP
 		}
 	case info.Transport == SR:
-		if n != SACKLen {
+		if n < SACKLen || n > SACKMaxLen || n%SACKLen != 0 {
 			return ruleSACK
 		}
 	case !info.Payload:

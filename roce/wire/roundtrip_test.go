@@ -62,7 +62,7 @@ func payloadLens(info wire.OpInfo) []int {
 	case info.Kind == wire.KindCNP:
 		return []int{16}
 	case info.Transport == wire.SR:
-		return []int{wire.SACKLen}
+		return []int{wire.SACKLen, 2 * wire.SACKLen, wire.SACKMaxLen}
 	case !info.Payload:
 		return []int{0}
 	case info.Pos == wire.PosFirst || info.Pos == wire.PosMiddle:
