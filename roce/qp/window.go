@@ -365,8 +365,15 @@ func (w *sendWindow) armTimer(now int64) {
 }
 
 // rto is the fast retransmission timeout: 2·srtt + 4·rttvar, at least
-// fastMinRTO, doubled for each fast retransmission without progress.
+// fastMinRTO, doubled for each fast retransmission without progress. With
+// selective repeat it is 2·srtt (as TCP's tail loss probe timeout): what
+// fires then is a probe of one packet (window_sr.go), and on a path whose
+// round trip swings by tens of milliseconds 4·rttvar would put it past the
+// local ACK timeout, leaving a lost tail to that.
 func (w *sendWindow) rto() int64 {
+	if w.sr.on {
+		return max(2*w.srtt, fastMinRTO) << w.fastTries
+	}
 	return max(2*w.srtt+4*w.rttvar, fastMinRTO) << w.fastTries
 }
 
