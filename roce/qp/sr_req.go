@@ -37,7 +37,7 @@ func (q *QP) compSack(p *wire.Packet) {
 			q.compProgress(una)
 		}
 	}
-	if q.win.sr.sack(psn, p.Payload, q.win.unacked(), q.win.max, q.e.now, q.win.srtt) {
+	if q.win.sr.sack(psn, p.Payload, q.win.max, q.e.now, q.win.ambig()) {
 		q.win.sr.sackNews(&q.win, q.e.now)
 	}
 	q.win.sr.sackRTT(&q.win, q.e.now)

@@ -218,7 +218,7 @@ func (w *sendWindow) advance(psn uint32, now int64) bool {
 		return false
 	}
 	if w.sr.on {
-		w.sr.forget(w.una, psn, now, w.srtt)
+		w.sr.forget(w.una, psn, now, w.ambig())
 	}
 	w.una = psn
 	return true

@@ -22,11 +22,13 @@ import (
 // earlier resends that did not and the new packets sent before it, even
 // when the window is full and nothing new follows them. Each transmission
 // is judged once (log), so the work is constant per packet. The arrival of
-// a PSN that was resent is the resend's only when it comes a round trip
-// (srtt) or more after the resend: sooner, it is the original, late
-// (reordered), and says nothing about what was sent since; without this,
-// a reordered packet resent and then arriving would mark lost every packet
-// in flight.
+// a PSN that was resent is the resend's only when it is known at least
+// max(minimum round trip, srtt/2) after the resend (ambig): sooner, it is
+// the original, late (reordered), and says nothing about what was sent
+// since; without this, a reordered packet resent and then arriving would
+// mark lost every packet in flight. (RACK takes the minimum round trip
+// alone; srtt/2 keeps a stall of this loaded host between two SACKs from
+// passing for a round trip.)
 //
 // PSNs index the bitmaps modulo srSlots: the window never has more than
 // srSlots PSNs in flight when it is on (enable caps it), so the PSNs from
@@ -110,7 +112,7 @@ func (b *srBoard) sent(psn, next uint32, resent bool, now int64) {
 	if resent {
 		at = max(now, 1)
 	}
-	for p := psn; p != next; p = wire.PSNAdd(p, 1) {
+	for p, k := psn, 0; p != next && k < srSlots; p, k = wire.PSNAdd(p, 1), k+1 {
 		b.seq[p&srMask] = n
 		b.resAt[p&srMask] = at
 	}
@@ -120,13 +122,12 @@ func (b *srBoard) sent(psn, next uint32, resent bool, now int64) {
 	}
 }
 
-// arrived notes that psn arrived (held or acknowledged), known at now;
-// rtt is the smoothed round trip. A resent PSN known to have arrived
-// sooner than rtt after the resend is taken for its original, which says
-// nothing new.
-func (b *srBoard) arrived(psn uint32, now, rtt int64) {
+// arrived notes that psn arrived (held or acknowledged), known at now. A
+// resent PSN known to have arrived sooner than ambig after the resend is
+// taken for its original, which says nothing new.
+func (b *srBoard) arrived(psn uint32, now, ambig int64) {
 	i := psn & srMask
-	if at := b.resAt[i]; at != 0 && now-at < rtt {
+	if at := b.resAt[i]; at != 0 && now-at < ambig {
 		return
 	}
 	if n := b.seq[i] + 1; seqBefore(b.mark, n) || b.mark == 0 {
@@ -136,15 +137,15 @@ func (b *srBoard) arrived(psn uint32, now, rtt int64) {
 
 // forget clears the PSNs from..to-1 (acknowledged at now: unacked moved
 // past them) and notes them arrived.
-func (b *srBoard) forget(from, to uint32, now, rtt int64) {
+func (b *srBoard) forget(from, to uint32, now, ambig int64) {
 	if wire.PSNDiff(to, from) >= srSlots {
 		clear(b.sacked[:])
 		clear(b.lost[:])
-		b.arrived(wire.PSNAdd(to, wire.PSNMask), now, rtt)
+		b.arrived(wire.PSNAdd(to, wire.PSNMask), now, ambig)
 		return
 	}
 	for psn := from; wire.PSNBefore(psn, to); psn = wire.PSNAdd(psn, 1) {
-		b.arrived(psn, now, rtt)
+		b.arrived(psn, now, ambig)
 		setBit(b.sacked, psn, false)
 		setBit(b.lost, psn, false)
 	}
@@ -152,11 +153,10 @@ func (b *srBoard) forget(from, to uint32, now, rtt int64) {
 
 // sack records an SR_SACK: base is the first missing PSN, bm its bitmap
 // (bit j: PSN base+1+j held; a multiple of 8 bytes); max is one past the
-// highest PSN sent, now the time it came, rtt the smoothed round trip.
-// PSNs never sent are ignored. The scan starts again at una. It reports
-// whether the SACK named a PSN held that was not known to be (the
-// responder is receiving).
-func (b *srBoard) sack(base uint32, bm []byte, una, max uint32, now, rtt int64) (news bool) {
+// highest PSN sent, now the time it came, ambig as for arrived.
+// PSNs never sent are ignored. It reports whether the SACK named a PSN
+// held that was not known to be (the responder is receiving).
+func (b *srBoard) sack(base uint32, bm []byte, max uint32, now, ambig int64) (news bool) {
 	if !b.on {
 		return false
 	}
@@ -182,11 +182,10 @@ func (b *srBoard) sack(base uint32, bm []byte, una, max uint32, now, rtt int64) 
 			b.sacked[(w+1)%srWords] |= v >> (64 - s)
 		}
 		for fresh := v &^ old; fresh != 0; fresh &= fresh - 1 {
-			b.arrived(wire.PSNAdd(psn, uint32(bits.TrailingZeros64(fresh))), now, rtt)
+			b.arrived(wire.PSNAdd(psn, uint32(bits.TrailingZeros64(fresh))), now, ambig)
 			news = true
 		}
 	}
-	b.scan = una
 	return news
 }
 
@@ -301,6 +300,10 @@ func (b *srBoard) sackNews(w *sendWindow, now int64) {
 	w.fastDeadline = 0
 	b.keepFast(w, now)
 }
+
+// ambig is how long after a resend an arrival may still be the original's
+// (arrived).
+func (w *sendWindow) ambig() int64 { return max(w.minRTT, w.srtt/2) }
 
 // sackRTT takes the window's RTT sample when a SACK at now shows its packet
 // arrived: with selective repeat a packet past a hole is answered by SACKs

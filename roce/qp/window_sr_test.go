@@ -75,10 +75,11 @@ func TestSRWindow(t *testing.T) {
 			{ack: 105, resend: psnRange(105, 164)},
 			{ack: 110, sack: true, base: 110, held: []int{1}, resend: []uint32{110}},
 		}},
-		// 100 resent at 1000; the ACK of it 200 ns later, sooner than the
-		// round trip (500), answers the original (reordered): nothing sent
-		// before the resend is presumed lost. 600 ns later it is the
-		// resend's, and 102..163 sent before it did not arrive.
+		// 100 resent at 1000; the ACK of it 200 ns later, sooner than half
+		// the round trip (srtt 500; no minimum sampled), answers the
+		// original (reordered): nothing sent before the resend is presumed
+		// lost. 600 ns later it is the resend's, and 102..163 sent before
+		// it did not arrive.
 		{"a late original is not the resend", []step{
 			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
 			{at: 1200, rtt: 500, ack: 102, resend: nil},
@@ -111,7 +112,7 @@ func TestSRWindow(t *testing.T) {
 					w.advance(s.ack, now)
 				}
 				if s.sack {
-					w.sr.sack(s.base, sackBits(s.held...), w.una, w.max, now, s.rtt)
+					w.sr.sack(s.base, sackBits(s.held...), w.max, now, s.rtt)
 				}
 				if s.lost {
 					w.sr.lostAll(w.una, w.max)
@@ -140,7 +141,7 @@ func TestSRWindowOff(t *testing.T) {
 	w.start(100, 1024, true)
 	w.sr.enable(false, &w, 0)
 	w.sent(100, 101, true, 0, 1)
-	w.sr.sack(100, sackBits(1), 100, 101, 1, 0)
+	w.sr.sack(100, sackBits(1), 101, 1, 0)
 	if _, ok := w.sr.nextHole(100, 101); ok || w.limit != 1024 {
 		t.Fatalf("go-back-N window: a hole named, or limit %d", w.limit)
 	}
@@ -192,7 +193,7 @@ func TestSRSackBitmap(t *testing.T) {
 		w.sr.enable(true, &w, srSlots)
 		sent := wire.PSNAdd(epsn, uint32(1+rng.IntN(srSlots)))
 		w.max, w.anySent = sent, true
-		w.sr.sack(epsn, buf[:n], epsn, sent, 1, 0)
+		w.sr.sack(epsn, buf[:n], sent, 1, 0)
 		for psn := epsn; psn != sent; psn = wire.PSNAdd(psn, 1) {
 			held := want[psn]
 			if bit(w.sr.sacked, psn) != held {
