@@ -39,6 +39,7 @@ func (q *QP) compSack(p *wire.Packet) {
 	}
 	if q.win.sr.sack(psn, p.Payload, q.win.max, q.e.now, q.win.ambig()) {
 		q.win.sr.sackNews(&q.win, q.e.now)
+		q.comp.retries = q.e.attr.RetryCnt // the responder is receiving: progress for retry_cnt
 	}
 	q.win.sr.sackRTT(&q.win, q.e.now)
 }
@@ -74,8 +75,10 @@ func (q *QP) srResend(out Output, budget *int) bool {
 	r := &q.req
 	for {
 		psn, ok := q.win.sr.nextHole(q.win.unacked(), q.win.max)
-		if !ok || !q.win.pace.allow(q.e.now) {
-			return true // nothing missing, or paced: the requester waits too (canSend)
+		if !ok || !q.win.pace.allow(q.e.now) || uint32(wire.PSNDiff(psn, q.win.unacked())) >= q.win.cwnd {
+			// Nothing missing, paced (the requester waits too:
+			// canSend), or past the window a timeout halved.
+			return true
 		}
 		if *budget == 0 {
 			return false

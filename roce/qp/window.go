@@ -302,9 +302,9 @@ func (w *sendWindow) rnrPending() bool { return w.rnrUntil != 0 }
 // local ACK timer fired with requests outstanding: the window restarts from
 // the floor and the timer is armed again. Either way the caller resends
 // from unacked (and spends retry_cnt on a timeout). With selective repeat
-// neither changes the window (as IRN: the window is capped near the
-// path's bandwidth-delay product and never shrinks on loss; congestion is
-// DCQCN's), and the caller resends only what the scoreboard says.
+// loss does not change the window (as IRN: it is capped, and congestion is
+// DCQCN's) and the caller resends only what the scoreboard says; only a
+// local ACK timeout halves it for a while (window_sr.go).
 func (w *sendWindow) expired(now int64) (fast, timeout bool) {
 	if w.fastDeadline != 0 && now >= w.fastDeadline {
 		w.fastDeadline = 0
@@ -331,7 +331,9 @@ func (w *sendWindow) expired(now int64) (fast, timeout bool) {
 		return fast, false
 	}
 	w.undo = false
-	if !w.sr.on {
+	if w.sr.on {
+		w.sr.timeout(w)
+	} else {
 		w.lossEvent(true)
 	}
 	w.armTimer(now)

@@ -270,6 +270,21 @@ func (b *srBoard) skip(psn uint32) {
 	b.scan = wire.PSNAdd(psn, 1)
 }
 
+// timeout responds to a local ACK timeout: 67 ms (by default) without any
+// answer is congestion or a stall, so the window halves (at each timeout
+// in a row, not below the floor) and what is resent stays within it;
+// ssthresh keeps the window before, so progress slow-starts back to it
+// within a few round trips. A stall of this host costs little; a
+// bottleneck that drops every resend sees the load fall quickly.
+func (b *srBoard) timeout(w *sendWindow) {
+	if w.fixed {
+		return
+	}
+	w.ssthresh = max(w.ssthresh, w.cwnd)
+	w.cwnd = max(w.cwnd/2, w.floor())
+	w.cwndAcc = 0
+}
+
 // srFastMaxTries bounds the fast retransmissions without progress under
 // selective repeat (go-back-N: fastMaxTries); each doubles the timeout, and
 // none is armed past the local ACK timeout.

@@ -212,3 +212,32 @@ func TestSRSackBitmap(t *testing.T) {
 		}
 	}
 }
+
+// TestSRTimeoutHalves: with selective repeat a local ACK timeout halves the
+// window (again at the next one, not below the floor) and keeps ssthresh,
+// so progress slow-starts back to the window before; a fast timer firing
+// (a probe) leaves it alone.
+func TestSRTimeoutHalves(t *testing.T) {
+	var w sendWindow
+	w.start(100, 1024, false)
+	w.sr.enable(true, &w, SRHold)
+	w.setTimeout(67e6)
+	w.cwnd = 1024
+	w.srtt, w.minRTT = 1e6, 1e6
+	for psn := uint32(100); psn < 1124; psn++ {
+		w.sent(psn, psn+1, psn%64 == 0, 0, 0)
+	}
+	if fast, _ := w.expired(w.fastDeadline); !fast || w.cwnd != 1024 {
+		t.Fatalf("fast timer: fired %v, window %d; want fired, 1024", fast, w.cwnd)
+	}
+	for i, want := range []uint32{512, 256} {
+		if _, timeout := w.expired(w.deadline); !timeout || w.cwnd != want || w.ssthresh != 1024 {
+			t.Fatalf("timeout %d: fired %v, window %d ssthresh %d; want %d, 1024", i, timeout, w.cwnd, w.ssthresh, want)
+		}
+	}
+	w.advance(400, w.deadline)
+	w.acked(100, w.deadline)
+	if w.cwnd != 556 {
+		t.Fatalf("after 300 PSNs acknowledged the window is %d, want 556 (slow start from 256)", w.cwnd)
+	}
+}
