@@ -6,8 +6,9 @@ import "github.com/xdproce/xdproce/roce/wire"
 // records each SR_SACK in the send window's scoreboard (window_sr.go); the
 // requester, before it sends anything new, resends each PSN the scoreboard
 // names as lost (by transmission order: window_sr.go), one packet at a
-// time, without moving its place in the send queue. A timer marks everything in flight and not held as missing
-// instead of rewinding. READ responses stay go-back-N: a lost one makes the
+// time, without moving its place in the send queue. The fast timer marks
+// the newest PSN not held (a probe), the local ACK timeout everything in
+// flight and not held, instead of rewinding. READ responses stay go-back-N: a lost one makes the
 // completer re-request the READ from the first response missing.
 
 // compSack handles an SR_SACK: everything before its PSN is acknowledged,

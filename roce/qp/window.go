@@ -24,9 +24,11 @@ import "github.com/xdproce/xdproce/roce/wire"
 //   - Selective repeat (window_sr.go, docs/sr-wire.md) is in: with
 //     Attr.SelectiveRepeat the window keeps a scoreboard (sr) of the PSNs
 //     the responder holds, fed by the completer's SR_SACKs and its timers,
-//     and hands the requester single PSNs to resend instead of a rewind;
-//     advance clears what it passes; lossEvent, the undo and the RTT
-//     sampling stay as they are, keyed by PSN.
+//     and hands the requester single PSNs to resend instead of a rewind
+//     (judged lost by transmission order: sent numbers every packet);
+//     advance clears what it passes. Loss leaves the window alone (no
+//     lossEvent, no undo), the fast timer probes (rto 2·srtt), a local ACK
+//     timeout halves the window (srBoard.timeout); the RTT sampling stays.
 //
 // All times are nanoseconds of the engine's clock, passed in by the caller,
 // so the window can be driven alone (window_test.go).
@@ -184,7 +186,7 @@ func (w *sendWindow) sent(psn, next uint32, ackReq bool, size int, now int64) (r
 		}
 		w.fastPSN, w.fastSentAt = psn, now
 		w.fastDeadline = 0
-		if w.srtt != 0 && w.fastTries < fastMaxTries {
+		if w.srtt != 0 && (w.fastTries < fastMaxTries || w.sr.on && w.fastTries < srFastMaxTries) {
 			if rto := w.rto(); w.timeout == 0 || rto < w.timeout {
 				w.fastDeadline = now + rto
 			}
