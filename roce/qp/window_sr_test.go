@@ -241,3 +241,59 @@ func TestSRTimeoutHalves(t *testing.T) {
 		t.Fatalf("after 300 PSNs acknowledged the window is %d, want 556 (slow start from 256)", w.cwnd)
 	}
 }
+
+// TestSRNoAllocs: once the hold buffer has its slots, holding, SACKing and
+// draining requests allocate nothing, and neither do the scoreboard's
+// per-packet steps (numbering a transmission, reading a SACK, judging,
+// finding the holes, acknowledging).
+func TestSRNoAllocs(t *testing.T) {
+	var h srHold
+	h.enable(true)
+	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteMiddle}, Payload: make([]byte, 1024)}
+	buf := make([]byte, wire.SACKMaxLen)
+	epsn := uint32(wire.PSNMask - 100)
+	hold := func() {
+		for d := uint32(1); d <= 200; d++ {
+			p.BTH.PSN = wire.PSNAdd(epsn, d)
+			h.put(&p, 1024)
+		}
+		h.bitmap(buf, epsn)
+		for d := uint32(1); d <= 200; d++ {
+			h.release(h.take(wire.PSNAdd(epsn, d)))
+		}
+		epsn = wire.PSNAdd(epsn, 201)
+	}
+	hold() // the slots are made
+	if a := testing.AllocsPerRun(50, hold); a != 0 {
+		t.Errorf("hold buffer: %.1f allocations per 200 requests held", a)
+	}
+	var w sendWindow
+	w.start(100, 1024, false)
+	w.sr.enable(true, &w, SRHold)
+	w.cwnd = 1024
+	now := int64(1)
+	board := func() {
+		una := w.una
+		for i := range uint32(256) {
+			w.sent(wire.PSNAdd(una, i), wire.PSNAdd(una, i+1), i%64 == 63, 1000, now)
+		}
+		clear(buf[:64])
+		for j := 1; j < 255; j++ { // una missing, the rest held
+			buf[(j-1)/8] |= 1 << ((j - 1) % 8)
+		}
+		w.sr.sack(una, buf[:64], w.max, now, w.ambig())
+		for {
+			psn, ok := w.sr.nextHole(w.una, w.max)
+			if !ok {
+				break
+			}
+			w.sent(psn, psn+1, false, 1000, now)
+		}
+		w.advance(w.max, now)
+		now += 1000
+	}
+	board()
+	if a := testing.AllocsPerRun(50, board); a != 0 {
+		t.Errorf("scoreboard: %.1f allocations per 256 packets", a)
+	}
+}
