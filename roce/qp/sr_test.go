@@ -149,7 +149,7 @@ func TestSRLongWindow(t *testing.T) {
 				return false
 			})
 		}
-		t.Logf("seed %d: 256-PSN window %.1f ms (longest SACK %d bytes); %d-PSN %.1f ms (longest SACK %d bytes)",
+		t.Logf("seed %d: 256-PSN window %.1f ms (longest SACK %d bytes); %d-PSN hold, 1024-PSN window %.1f ms (longest SACK %d bytes)",
 			seed, float64(took[0])/1e6, longest[0], SRHold, float64(took[1])/1e6, longest[1])
 		if longest[0] != wire.SACKLen || longest[1] <= wire.SACKLen {
 			t.Errorf("seed %d: longest SACKs %d and %d bytes, want %d and more", seed, longest[0], longest[1], wire.SACKLen)
