@@ -53,4 +53,11 @@ func TestPrivilegedRelaySR(t *testing.T) {
 			t.Log(line)
 		}
 	}
+	// The machine's load moves a whole run: sr against gbn at the same
+	// loss, measured minutes apart, is the steadier comparison.
+	for _, loss := range losses {
+		if g := rate["gbn"][loss]; g > 0 {
+			t.Logf("at %.1f %% loss sr runs at %.2f× gbn", 100*loss, rate["sr"][loss]/g)
+		}
+	}
 }
