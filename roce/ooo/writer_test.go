@@ -89,21 +89,42 @@ func TestWriteLossy(t *testing.T) {
 }
 
 // TestStripeFailover: two lanes (two device pairs, the target buffer
-// registered on both targets) carry a 16 MiB Write together; lane 0 is
-// blackholed both ways mid-transfer; its operations time out, the lane is
-// taken out once and they are reissued on lane 1; the bytes land whole.
+// registered on both targets) carry a Write together; lane 0 is blackholed
+// both ways mid-transfer; its operations time out, the lane is taken out
+// once and they are reissued on lane 1; the bytes land whole.
+//
+// The cut comes from a goroutine watching lane 0's completions; on a loaded
+// machine it may not run before the transfer ends (CI once saw 16 MiB done
+// in 40 ms without it). Then the whole case runs again on fresh lanes, at
+// most three times, with a transfer four times as large each time.
 func TestStripeFailover(t *testing.T) {
 	if raceEnabled {
 		t.Skip("two target devices place the same bytes into one buffer: a race to the detector (race_test.go)")
 	}
-	src, dst := make([]byte, 16<<20), make([]byte, 16<<20)
+	for attempt, size := 0, 16<<20; ; attempt, size = attempt+1, size*4 {
+		if stripeFailover(t, size) {
+			return
+		}
+		if attempt == 2 {
+			t.Fatal("lane 0 was not cut in three transfers (16, 64, 256 MiB): each ended before it carried 4 operations")
+		}
+		t.Logf("the transfer of %d MiB ended before lane 0 was cut: again, larger", size>>20)
+	}
+}
+
+// stripeFailover runs TestStripeFailover's case with a transfer of size
+// bytes; it reports false when the transfer ended before the cut.
+func stripeFailover(t *testing.T, size int) bool {
+	src, dst := make([]byte, size), make([]byte, size)
 	fill(src, 9)
 	l0 := newLane(t, pipe.Config{Seed: 1}, src, dst, 4, 0)
 	l1 := newLane(t, pipe.Config{Seed: 2}, src, dst, 4, 1)
 	w := newWriter(t, ooo.Config{MaxPackets: 8, Timeout: 20 * time.Millisecond, DownAfter: 2}, l0.lane(), l1.lane())
 	var cut atomic.Bool
 	stop := make(chan struct{})
+	watched := make(chan struct{})
 	go func() {
+		defer close(watched)
 		for {
 			select {
 			case <-stop:
@@ -120,23 +141,25 @@ func TestStripeFailover(t *testing.T) {
 	}()
 	err := w.Write(withTimeout(t, 60*time.Second), 0, 0, len(src), roce.NotifyInitiator)
 	close(stop)
+	<-watched
 	if err != nil {
 		t.Fatalf("%v (stats %+v)", err, w.Stats())
-	}
-	if !cut.Load() {
-		t.Fatal("lane 0 was not cut: the transfer ended before it carried 4 operations")
 	}
 	if !bytes.Equal(dst, src) {
 		t.Fatal("bytes differ")
 	}
+	if !cut.Load() {
+		return false
+	}
 	st := w.Stats()
 	s0, s1 := l0.b.dev.Stats().OOO.CompletionsSent, l1.b.dev.Stats().OOO.CompletionsSent
-	t.Logf("stats %+v; completions from lane 0 %d, lane 1 %d", st, s0, s1)
+	t.Logf("%d MiB: stats %+v; completions from lane 0 %d, lane 1 %d", size>>20, st, s0, s1)
 	// How much lane 0 carried before the cut took effect depends on when the
 	// watcher above ran: require only that both lanes carried operations.
 	if st.Failovers != 1 || st.Retries < 2 || s0 < 4 || s1 == 0 || st.Delivered > s0+s1 {
 		t.Errorf("stats %+v, completions lane 0 %d lane 1 %d: want one failover, both lanes used", st, s0, s1)
 	}
+	return true
 }
 
 // TestStaleCompletions: lane 0 delays its completions by 150 ms, beyond the
