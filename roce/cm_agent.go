@@ -37,13 +37,20 @@ type cmAgent struct {
 	sendMu sync.Mutex
 	sendAt int // next send slot
 
-	listenMu  sync.Mutex // serializes ListenCM and CMListener.Close (they ask the daemon in between)
+	listenMu  sync.Mutex // serializes listen and unlisten (they ask the daemon in between)
 	mu        sync.Mutex
-	listeners map[uint16]*CMListener
+	listeners map[cmPort]any       // *CMListener, *SIDRListener (cm_port.go)
 	conns     map[uint32]*cmConn   // by local communication ID
 	byRemote  map[cmRemote]*cmConn // by the peer's (GID, communication ID)
 	byPeerQP  map[cmPeerQP]*cmConn // established, by the peer's (GID, QPN): stale-connection check
-	malformed atomic.Uint64        // MADs dropped as undecodable
+	// SIDR (cm_sidr_*.go): requests received (pending, or answered and
+	// kept in the sidrKept ring from sidrNext on), requests sent by request
+	// ID (drawn with the communication IDs).
+	sidrIn    map[sidrKey]*sidrIn
+	sidrKept  []sidrKey
+	sidrNext  int
+	sidrOut   map[uint32]*sidrOut
+	malformed atomic.Uint64 // MADs dropped as undecodable
 	stop      context.CancelFunc
 	done      chan struct{}
 }
@@ -75,8 +82,8 @@ func (d *Device) cm() (*cmAgent, error) {
 }
 
 func newCMAgent(d *Device) (*cmAgent, error) {
-	a := &cmAgent{d: d, listeners: map[uint16]*CMListener{}, conns: map[uint32]*cmConn{},
-		byRemote: map[cmRemote]*cmConn{}, byPeerQP: map[cmPeerQP]*cmConn{}, done: make(chan struct{})}
+	a := &cmAgent{d: d, listeners: map[cmPort]any{}, conns: map[uint32]*cmConn{},
+		byRemote: map[cmRemote]*cmConn{}, byPeerQP: map[cmPeerQP]*cmConn{}, done: make(chan struct{}), sidrIn: map[sidrKey]*sidrIn{}, sidrOut: map[uint32]*sidrOut{}}
 	a.tidHi = randUint32()
 	hw := d.hw
 	a.guid = binary.BigEndian.Uint64([]byte{hw[0] ^ 2, hw[1], hw[2], 0xff, 0xfe, hw[3], hw[4], hw[5]})
@@ -195,9 +202,9 @@ func (a *cmAgent) input(src netip.Addr, srcQP uint32, mad []byte) {
 		apr := &rdmacm.APR{LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID, Status: rdmacm.APRUnsupported}
 		a.send(src, rdmacm.CMHeader(h.TID), apr) //nolint:errcheck // the peer retries its LAP
 	case *rdmacm.SIDRReq:
-		// RDMA_PS_UDP is not served: SIDR_REP with status "service ID not supported".
-		rep := &rdmacm.SIDRRep{RequestID: m.RequestID, Status: rdmacm.SIDRUnsupported, ServiceID: m.ServiceID}
-		a.send(src, rdmacm.CMHeader(h.TID), rep) //nolint:errcheck
+		a.inputSIDRReq(src, h, m)
+	case *rdmacm.SIDRRep:
+		a.inputSIDRRep(src, m)
 	default:
 		c := a.lookup(mad)
 		if c == nil {
@@ -241,9 +248,9 @@ func (a *cmAgent) register(c *cmConn) {
 	a.conns[c.localID] = c
 }
 
-// newCommID returns an unused random local communication ID: any but 0, or
-// on a client of the xdproce daemon one of the range the daemon steers to
-// it (Options.commIDs). a.mu is held.
+// newCommID returns an unused random local communication ID (or SIDR
+// request ID): any but 0, or on a client of the xdproce daemon one of the
+// range the daemon steers to it (Options.commIDs). a.mu is held.
 func (a *cmAgent) newCommID() uint32 {
 	lo, hi := a.d.opts.commIDs[0], a.d.opts.commIDs[1]
 	for {
@@ -251,7 +258,7 @@ func (a *cmAgent) newCommID() uint32 {
 		if hi != 0 {
 			id = lo + id%(hi-lo+1)
 		}
-		if id != 0 && a.conns[id] == nil {
+		if id != 0 && a.conns[id] == nil && a.sidrOut[id] == nil {
 			return id
 		}
 	}
