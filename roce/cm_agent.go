@@ -34,8 +34,10 @@ type cmAgent struct {
 	tidHi uint32 // upper half of our transaction IDs (Linux: the MAD agent's)
 	guid  uint64 // local CA GUID: the EUI-64 of the device's MAC
 
-	sendMu sync.Mutex
-	sendAt int // next send slot
+	sendMu    sync.Mutex  // guards sendFree and sendWait (cm_send.go)
+	sendFree  []int       // send slots not in flight
+	sendWait  []cmPending // MADs waiting for a send slot, oldest first
+	sendDrops atomic.Uint64
 
 	listenMu  sync.Mutex // serializes listen and unlisten (they ask the daemon in between)
 	mu        sync.Mutex
@@ -43,6 +45,7 @@ type cmAgent struct {
 	conns     map[uint32]*cmConn   // by local communication ID
 	byRemote  map[cmRemote]*cmConn // by the peer's (GID, communication ID)
 	byPeerQP  map[cmPeerQP]*cmConn // established, by the peer's (GID, QPN): stale-connection check
+	peak      int                  // most connections held since the maps were made (forget remakes them)
 	// SIDR (cm_sidr_*.go): requests received (pending, or answered and
 	// kept in the sidrKept ring from sidrNext on), requests sent by request
 	// ID (drawn with the communication IDs).
@@ -103,6 +106,9 @@ func newCMAgent(d *Device) (*cmAgent, error) {
 	if err := a.qp.Activate(wire.GSIQKey, 0); err != nil {
 		return nil, fmt.Errorf("roce: qp1: %w", err)
 	}
+	for i := range cmSendSlots {
+		a.sendFree = append(a.sendFree, cmRecvSlots+i)
+	}
 	for i := range cmRecvSlots {
 		if err := a.postRecv(i); err != nil {
 			return nil, fmt.Errorf("roce: qp1: %w", err)
@@ -130,7 +136,8 @@ func (a *cmAgent) run(ctx context.Context) {
 		}
 		for _, wc := range wcs[:n] {
 			if wc.ID&cmSendWRID != 0 {
-				continue // send completion: the slot is reused in turn
+				a.sendDone(int(wc.ID &^ cmSendWRID)) // the slot is free: the next MAD waiting goes out
+				continue
 			}
 			slot := int(wc.ID)
 			b := a.buf[slot*cmSlotLen : (slot+1)*cmSlotLen]
@@ -157,31 +164,6 @@ func grhSource(g []byte) netip.Addr {
 		return netip.AddrFrom16([16]byte(g[8:24]))
 	}
 	return netip.AddrFrom4([4]byte(g[32:36]))
-}
-
-// send encodes h and m and sends them to QP1 at peer.
-func (a *cmAgent) send(peer netip.Addr, h rdmacm.Header, m rdmacm.Message) ([]byte, error) {
-	var mad [rdmacm.MADLen]byte
-	if _, err := rdmacm.Encode(mad[:], h, m); err != nil {
-		return nil, err
-	}
-	return mad[:], a.sendRaw(peer, mad[:])
-}
-
-// sendRaw sends one encoded MAD (a resend of a kept message, or a new one).
-func (a *cmAgent) sendRaw(peer netip.Addr, mad []byte) error {
-	ah, err := a.d.CreateAH(GIDFromIP(peer), 1, wire.GSIQKey)
-	if err != nil {
-		return err
-	}
-	a.sendMu.Lock()
-	defer a.sendMu.Unlock()
-	slot := cmRecvSlots + a.sendAt
-	a.sendAt = (a.sendAt + 1) % cmSendSlots
-	off := slot * cmSlotLen
-	copy(a.buf[off:off+rdmacm.MADLen], mad)
-	return a.qp.PostSendAH(SendWR{ID: cmSendWRID | uint64(slot), Opcode: WRSend, Flags: Signaled,
-		SGL: []SGE{{Addr: a.mr.Addr() + uint64(off), Length: rdmacm.MADLen, LKey: a.mr.LKey()}}}, ah)
 }
 
 // input dispatches one received MAD. Undecodable MADs and those of other
@@ -246,6 +228,7 @@ func (a *cmAgent) register(c *cmConn) {
 	defer a.mu.Unlock()
 	c.localID = a.newCommID()
 	a.conns[c.localID] = c
+	a.peak = max(a.peak, len(a.conns))
 }
 
 // newCommID returns an unused random local communication ID (or SIDR
@@ -276,6 +259,10 @@ func (a *cmAgent) forget(c *cmConn) {
 	}
 	if k := (cmPeerQP{c.peer, c.remoteQPN}); a.byPeerQP[k] == c {
 		delete(a.byPeerQP, k)
+	}
+	if shrunk(len(a.conns), a.peak) { // after many connections: give their maps' memory back
+		a.conns, a.byRemote, a.byPeerQP = remade(a.conns), remade(a.byRemote), remade(a.byPeerQP)
+		a.peak = len(a.conns)
 	}
 }
 

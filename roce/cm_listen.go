@@ -122,6 +122,7 @@ func (a *cmAgent) inputREQ(src netip.Addr, h rdmacm.Header, m *rdmacm.REQ) {
 	}
 	c.localID = a.newCommID()
 	a.conns[c.localID] = c
+	a.peak = max(a.peak, len(a.conns))
 	a.byRemote[cmRemote{src, m.LocalCommID}] = c
 	l.q.reqs <- r // only this goroutine sends, under a.mu: there is room
 	a.mu.Unlock()

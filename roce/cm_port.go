@@ -73,8 +73,9 @@ type backlog[R interface{ Reject([]byte) error }] struct {
 }
 
 // cmBacklog is how many requests wait for Accept before more are refused
-// (REJ no resources, SIDR_REP reject).
-const cmBacklog = 32
+// (REJ no resources, SIDR_REP reject): 1024, what Linux's rdma_ucm gives a
+// listener that asks for no particular backlog (its max_backlog).
+const cmBacklog = 1024
 
 func newBacklog[R interface{ Reject([]byte) error }]() backlog[R] {
 	return backlog[R]{reqs: make(chan R, cmBacklog), done: make(chan struct{})}
