@@ -142,7 +142,7 @@ func (a *cmAgent) run(ctx context.Context) {
 			slot := int(wc.ID)
 			b := a.buf[slot*cmSlotLen : (slot+1)*cmSlotLen]
 			if wc.Status == WCSuccess && wc.ByteLen == cmSlotLen {
-				a.input(grhSource(b[:40]), wc.SrcQPN, b[40:])
+				a.input(GRHSource(b[:40]), wc.SrcQPN, b[40:])
 			} else {
 				a.malformed.Add(1)
 			}
@@ -157,9 +157,10 @@ func (a *cmAgent) run(ctx context.Context) {
 	}
 }
 
-// grhSource is the source address in a UD receive buffer's GRH area (IPv4:
-// 20 zero bytes, then the IPv4 header).
-func grhSource(g []byte) netip.Addr {
+// GRHSource is the sender's address in the GRH area (the first GRHLen
+// bytes) of a UD receive buffer: for IPv4, 20 zero bytes and then the IPv4
+// header. It is what ibv_create_ah_from_wc reads; g must hold GRHLen bytes.
+func GRHSource(g []byte) netip.Addr {
 	if g[0]>>4 == 6 {
 		return netip.AddrFrom16([16]byte(g[8:24]))
 	}

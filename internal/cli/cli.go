@@ -47,6 +47,7 @@ var commands = []*Command{
 	benchCommand,
 	pingpongCommand,
 	rpingCommand,
+	udaddyCommand,
 	demoCommand,
 	daemonCommand,
 	versionCommand,

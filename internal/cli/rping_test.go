@@ -98,6 +98,13 @@ func TestPrivilegedRping(t *testing.T) {
 // stdout, stderr and the channel its exit comes on (awaitServer's).
 func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se *syncBuffer, done chan error) {
 	t.Helper()
+	return startServerUntil(t, ctx, srv, func(so, se string) bool { return strings.Contains(se, "rping server listening") })
+}
+
+// startServerUntil starts a server and waits until ready says its output
+// shows it listening.
+func startServerUntil(t *testing.T, ctx context.Context, srv *exec.Cmd, ready func(stdout, stderr string) bool) (so, se *syncBuffer, done chan error) {
+	t.Helper()
 	so, se = new(syncBuffer), new(syncBuffer)
 	srv.Stdout, srv.Stderr = so, se
 	if err := srv.Start(); err != nil {
@@ -106,12 +113,12 @@ func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se 
 	done = make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
-	for !strings.Contains(se.String(), "rping server listening") {
+	for !ready(so.String(), se.String()) {
 		select {
 		case err := <-done:
-			t.Fatalf("server exited (%v): %s", err, se.String())
+			t.Fatalf("server exited (%v): %s%s", err, so.String(), se.String())
 		case <-ctx.Done():
-			t.Fatalf("server not listening: %s", se.String())
+			t.Fatalf("server not listening: %s%s", so.String(), se.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
