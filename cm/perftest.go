@@ -44,7 +44,8 @@ type PerftestDest struct {
 	VAddr    uint64 // where the peer may WRITE/READ (its buffer for this QP)
 	GID      GID
 	SRQN     uint32
-	NoGID    bool // use the 59-byte message without GID (not for RoCE)
+	NoGID    bool   // use the 59-byte message without GID (not for RoCE)
+	GIDIndex uint32 // perftest's gid_index: carried by the rdma_cm mode's message only (MarshalCM)
 }
 
 // Marshal returns the key message (108 bytes, or 59 with NoGID).
@@ -184,11 +185,13 @@ func (t PerftestTest) Plan() PerftestPlan {
 	return PerftestPlan{}
 }
 
-// PerftestConn runs perftest's steps on one TCP connection. Client is the side that connected
-// (perftest's "servername" side); it writes first in every exchange.
+// PerftestConn runs perftest's steps on one TCP connection (or, made by NewPerftestCMConn, over
+// the messages of its rdma_cm mode). Client is the side that connected (perftest's
+// "servername" side); it writes first in every exchange.
 type PerftestConn struct {
 	Conn   net.Conn
 	Client bool
+	msgs   PerftestMessages // the rdma_cm mode's control channel (Conn is nil then)
 	// Timeout bounds each exchange (default 60 s): a peer that stops answering is an error,
 	// not a hang.
 	Timeout time.Duration
@@ -237,6 +240,9 @@ func (c *PerftestConn) bound(ctx context.Context) func() {
 }
 
 func (c *PerftestConn) write(ctx context.Context, b []byte) error {
+	if c.msgs != nil {
+		return c.sendMsg(ctx, b)
+	}
 	defer c.bound(ctx)()
 	if _, err := c.Conn.Write(b); err != nil {
 		return ctxErr(ctx, fmt.Errorf("cm: perftest: send %d bytes: %w", len(b), err))
@@ -245,6 +251,9 @@ func (c *PerftestConn) write(ctx context.Context, b []byte) error {
 }
 
 func (c *PerftestConn) read(ctx context.Context, n int) ([]byte, error) {
+	if c.msgs != nil {
+		return c.recvMsg(ctx, n)
+	}
 	defer c.bound(ctx)()
 	b := make([]byte, n)
 	if _, err := io.ReadFull(c.Conn, b); err != nil {
@@ -258,7 +267,7 @@ func (c *PerftestConn) read(ctx context.Context, n int) ([]byte, error) {
 // client with the hello instead of its keys, and both return the agreement.
 func (c *PerftestConn) keyHandShake(ctx context.Context, local PerftestDest) (PerftestDest, error) {
 	n := negotiation(c.Conn)
-	if n == nil {
+	if n == nil || c.msgs != nil {
 		return c.HandShake(ctx, local)
 	}
 	msg, err := local.Marshal()
@@ -371,7 +380,7 @@ func (c *PerftestConn) ExchangeMTU(ctx context.Context, mtu int) (int, error) {
 
 // HandShake sends local's key message and returns the peer's (perftest's ctx_hand_shake).
 func (c *PerftestConn) HandShake(ctx context.Context, local PerftestDest) (PerftestDest, error) {
-	msg, err := local.Marshal()
+	msg, err := c.marshalKeys(local)
 	if err != nil {
 		return PerftestDest{}, err
 	}
@@ -379,7 +388,7 @@ func (c *PerftestConn) HandShake(ctx context.Context, local PerftestDest) (Perft
 	if err != nil {
 		return PerftestDest{}, err
 	}
-	return UnmarshalPerftestDest(b)
+	return c.unmarshalKeys(b)
 }
 
 // ExchangeReports runs xchg_bw_reports: size, iterations (8 bytes for a peer at 5.33 or newer,
@@ -419,6 +428,10 @@ func (c *PerftestConn) ExchangeReports(ctx context.Context, r PerftestReport) (P
 // perftest never reads the peer's "done"; Close reads it (briefly) so that closing with unread
 // data does not turn the FIN into a reset, then closes the connection.
 func (c *PerftestConn) Close(ctx context.Context, local PerftestDest) error {
+	if c.msgs != nil { // the rdma_cm mode: the handshake alone
+		_, err := c.HandShake(ctx, local)
+		return err
+	}
 	if _, err := c.HandShake(ctx, local); err != nil {
 		c.Conn.Close()
 		return err
@@ -452,6 +465,9 @@ type PerftestSetup struct {
 	// Ready is called before the last handshake before the data phase (post the receive
 	// buffers of send_bw and send_lat there).
 	Ready func() error
+	// CMConnect connects the test queue pair through the RDMA CM, between the two handshakes
+	// of zero keys the rdma_cm mode makes before the key handshake (NewPerftestCMConn only).
+	CMConnect func() error
 }
 
 // Setup runs every step before the data phase of test t: versions, system data, MTU, the key
@@ -477,6 +493,11 @@ func (c *PerftestConn) Setup(ctx context.Context, t PerftestTest, s PerftestSetu
 	mtu, err := c.ExchangeMTU(ctx, s.MTU)
 	if err != nil {
 		return PerftestDest{}, 0, err
+	}
+	if c.msgs != nil {
+		if err := c.cmConnect(ctx, s.CMConnect); err != nil {
+			return PerftestDest{}, mtu, err
+		}
 	}
 	remote, err := c.keyHandShake(ctx, s.Local)
 	if err != nil {
@@ -511,16 +532,23 @@ func (c *PerftestConn) Finish(ctx context.Context, t PerftestTest, local Perftes
 	var rem PerftestReport
 	if t.Plan().Reports {
 		if _, err := c.HandShake(ctx, local); err != nil {
-			c.Conn.Close()
+			c.closeConn()
 			return rem, err
 		}
 		var err error
 		if rem, err = c.ExchangeReports(ctx, r); err != nil {
-			c.Conn.Close()
+			c.closeConn()
 			return rem, err
 		}
 	}
 	return rem, c.Close(ctx, local)
+}
+
+// closeConn closes the TCP connection (the rdma_cm mode's caller disconnects its own).
+func (c *PerftestConn) closeConn() {
+	if c.Conn != nil {
+		c.Conn.Close()
+	}
 }
 
 // atof reads a leading decimal number as C's atof does ("6.06" → 6.06, "5.1-rc" → 5.1).

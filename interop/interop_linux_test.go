@@ -91,6 +91,10 @@ type pair struct {
 	check     func(t *testing.T, toolOut, xdOut string) // the outputs of a run that exited 0
 	needWords []string                                  // the xdproce command, for needCommand
 	note      *string                                   // the matrix note, filled in as the run goes
+	// hostReady and guestReady, when set, replace the wait for a TCP listener on perftest's
+	// port (servers that listen through the RDMA CM): they return once the server is ready.
+	hostReady  func(t *testing.T, x *hostProc)
+	guestReady func(t *testing.T, j *job)
 }
 
 var retransRE = regexp.MustCompile(`(?i)retransmi\w*\W{0,3}(\d+)`)
@@ -107,13 +111,21 @@ func (p pair) run(t *testing.T, g *guest) {
 	attempt := func() (toolOut, xdOut string, rc int, terr, xerr error) {
 		if p.xdServer {
 			x := g.hostStart(t, args...)
-			g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
+			if p.hostReady != nil {
+				p.hostReady(t, x)
+			} else {
+				g.hostListening(t, x, cm.DefaultPort, 30*time.Second)
+			}
 			j := g.start(t, toolCmd+" "+g.hostIP)
 			toolOut, rc, terr = j.wait(p.timeout)
 			xdOut, xerr = x.wait(10 * time.Second)
 		} else {
 			j := g.start(t, toolCmd)
-			g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
+			if p.guestReady != nil {
+				p.guestReady(t, j)
+			} else {
+				g.guestListening(t, j, cm.DefaultPort, 30*time.Second)
+			}
 			x := g.hostStart(t, append(args, g.guestIP)...)
 			xdOut, xerr = x.wait(p.timeout)
 			toolOut, rc, terr = j.wait(10 * time.Second)

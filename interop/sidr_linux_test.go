@@ -39,11 +39,7 @@ func TestPrivilegedInteropUdaddy(t *testing.T) {
 				xdOut, xerr = x.wait(10 * time.Second)
 			} else {
 				j := g.start(t, tool)
-				if _, ok := j.waitOutput(30*time.Second, func(s string) bool { return strings.Contains(s, "udaddy: starting server") }); !ok {
-					t.Fatalf("guest udaddy did not start:\n%s", j.output())
-				}
-				// udaddy prints its first line before it listens: give it a moment.
-				time.Sleep(time.Second)
+				g.guestCMListening(t, j, 7174, 30*time.Second) // udaddy prints its first line before it listens
 				xdOut, xerr = g.hostStart(t, append(xd, "-s", g.guestIP)...).wait(60 * time.Second)
 				toolOut, rc, terr = j.wait(10 * time.Second)
 			}
@@ -70,16 +66,5 @@ func TestPrivilegedInteropUdaddy(t *testing.T) {
 			}
 			note = fmt.Sprintf("SIDR_REQ/SIDR_REP, %d datagrams each way, capture verified (%d lines)", count, strings.Count(string(out), "\n"))
 		})
-	}
-}
-
-// waitHost waits until a host process prints want, or fails t when it exits first or
-// timeout passes.
-func waitHost(t *testing.T, p *hostProc, want string, timeout time.Duration) {
-	t.Helper()
-	for end := time.Now().Add(timeout); !strings.Contains(p.output(), want); time.Sleep(100 * time.Millisecond) {
-		if p.finished() || time.Now().After(end) {
-			t.Fatalf("host: no %q (exited: %v):\n%s", want, p.finished(), p.output())
-		}
 	}
 }

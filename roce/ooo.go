@@ -144,11 +144,16 @@ func (q *QP) AcquireContexts(n int) ([]Ctx, error) {
 
 // ReleaseContexts gives contexts back to the device's pool. Their keys
 // change, so packets still on their way to them are dropped (stale_ctx),
-// and the pool hands them out again last (a FIFO).
+// and the pool hands them out again last (a FIFO). It returns once the
+// engine has finished any packet it was placing through them, so memory a
+// released context pointed at is the caller's alone (as after
+// ibv_dereg_mr): a reissued operation arriving later is dropped as stale,
+// never written while the caller reads.
 func (q *QP) ReleaseContexts(ctxs []Ctx) error {
 	if err := q.q.ReleaseContexts(ctxs); err != nil {
 		return fmt.Errorf("roce: qp %#x: %w", q.e.qpn, err)
 	}
+	q.d.sync()
 	return nil
 }
 

@@ -334,8 +334,10 @@ func TestPrivilegedXSKRxCoalesce(t *testing.T) {
 			// Whether a round ends in a nap depends on how the two CPUs are
 			// shared (a loaded machine gives full batches or expired timers,
 			// which are no reason to nap): with coalescing on, stream up to
-			// three times until the receiver has napped.
-			for attempt := 0; attempt < 3 && (attempt == 0 || c.coalesce == 0 && p.b.Stats().Naps == 0); attempt++ {
+			// ten times (each about 8 MiB, well under a second) until the
+			// receiver has napped. Three were not enough at load 9 (675
+			// rounds, none ending in a partial batch that could nap).
+			for attempt := 0; attempt < 10 && (attempt == 0 || c.coalesce == 0 && p.b.Stats().Naps == 0); attempt++ {
 				streamWrites(t, x, y, size, msgs)
 			}
 			sa, sb := p.a.Stats(), p.b.Stats()

@@ -16,7 +16,7 @@ import (
 
 var benchCommand = &Command{
 	Name:       "bench",
-	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [--json | --perftest] [--atomic-type OP]",
+	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [-R] [--json | --perftest] [--atomic-type OP]",
 	ShortHelp:  "measure RDMA bandwidth, message rate and latency against a peer (perftest's protocol)",
 	LongHelp: `Bench runs one perftest-style test between two xdproce processes: without
 HOST it is the server (it waits for the client on --port of the --dev
@@ -34,8 +34,19 @@ perftest's does: bench is for benchmarks between hosts you control, not for
 exposing memory to untrusted networks.
 
 Both ends speak perftest 6.06's out-of-band exchange, so the peer may also be
-the perftest tool of the same test over rxe (ib_write_bw -R is not needed:
-perftest's own TCP exchange, port 18515).
+the perftest tool of the same test over rxe: its TCP exchange (port 18515)
+by default, its RDMA CM mode with -R (below).
+
+RDMA CM (-R)
+-R is perftest's -R (every test): the client connects a control
+queue pair to the server's rdma_cm port (--port, 18515; RDMA_PS_TCP) through
+the RDMA CM and runs perftest's exchange on it as SENDs, then connects the
+test queue pair through a second CM connection to the same port; afterwards
+the client disconnects both. The peer may be perftest's tool with -R or
+xdproce with -R. Nothing is agreed: give both ends the same --size and
+--iters, as with perftest (a mismatch ends in an error within the run's
+bound). One queue pair, one size, by iterations. The client asks again
+while the server answers that nothing listens (for --connect-timeout).
 
 TWO XDPROCE ENDS AGREE
 Two xdproce ends recognise each other inside perftest's exchange (by the
@@ -74,7 +85,7 @@ row each; -D SEC runs for about SEC seconds: runs of 100 messages, ten times
 as many each while one lasts under 200 ms, then as many as fill the rest of
 the time at the last one's rate; the row gives all their messages over the
 sum of their data phases. Both need xdproce at both ends (a perftest peer is
-refused with a line). -R (RDMA CM) is refused: not yet.
+refused with a line).
 
 With --perftest the output is perftest's own: the test's title, the address
 lines of both queue pairs (LID, QPN, PSN, RKey, VAddr, GID) and perftest's
@@ -105,6 +116,7 @@ EXAMPLES
   sudo xdproce bench write --dev eth1 198.51.100.1 --mode ooo --paths 4
   sudo xdproce bench write -d eth1 198.51.100.1 -a -n 1000 # perftest's flags
   sudo xdproce bench send -d eth1 198.51.100.1 -s 4096 -D 5
+  ib_read_bw -d rxe0 -x 1 -R &  sudo xdproce bench read -R --perftest --dev eth1 198.51.100.1
   ib_write_bw -d rxe0 -x 1 &  sudo xdproce bench write --dev eth1 198.51.100.1
   ib_atomic_bw -d rxe0 -x 1 -A CMP_AND_SWAP &
     sudo xdproce bench atomic --perftest --atomic-type CMP_AND_SWAP --dev eth1 198.51.100.1`,
@@ -148,7 +160,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	fs.IntVar(iters, "n", 0, "perftest's -n: same as --iters")
 	qps := fs.Int("qps", 1, "queue pairs, each with its own connection (an xdproce server not given --qps takes the client's)")
 	fs.IntVar(qps, "q", 1, "perftest's -q: same as --qps")
-	port := fs.Int("port", cm.DefaultPort, "TCP `port` of perftest's exchange")
+	port := fs.Int("port", cm.DefaultPort, "TCP `port` of perftest's exchange (with -R its rdma_cm port)")
 	fs.IntVar(port, "p", cm.DefaultPort, "perftest's -p: same as --port")
 	gidx := fs.Int("x", -1, "perftest's -x: local GID `index` (see 'xdproce info'; default: the GID of the TCP connection's local address)")
 	mtu := fs.Int("m", 0, "perftest's -m: path MTU in `bytes`, 256 to 4096 (default: the interface's RoCE path MTU)")
@@ -156,7 +168,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	gbits := fs.Bool("report_gbits", false, "perftest's --report_gbits: with --perftest, bandwidth in Gb/s instead of MB/s")
 	seconds := fs.Int("D", 0, "perftest's -D: run about this many `seconds` (runs growing from 100 messages, then the rest of the time at their rate; xdproce at both ends)")
 	sweep := fs.Bool("a", false, "perftest's -a: every size from 2 B to 8 MiB (powers of two), one run and one row each (xdproce at both ends)")
-	rdmaCM := fs.Bool("R", false, "perftest's -R, connect through RDMA CM (not yet: xdproce has no RDMA CM)")
+	rdmaCM := fs.Bool("R", false, "perftest's -R: connect through the RDMA CM and run the exchange over a control queue pair (one queue pair; nothing agreed)")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	atomicOp := fs.String("atomic-op", "fetch_add", "atomic operation: fetch_add or cmp_swap")
 	atomicType := fs.String("atomic-type", "", "atomic operation by perftest's -A `name`: FETCH_AND_ADD or CMP_AND_SWAP (instead of --atomic-op)")
@@ -173,10 +185,12 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if !ok {
 			return usageErrorf(cmd, "unknown test %q (want write, read, send, atomic or lat)", args[0])
 		}
-		if *rdmaCM {
-			return usageErrorf(cmd, "-R: not yet: RDMA CM (xdproce connects through perftest's TCP exchange, which perftest uses without -R)")
-		}
 		set := explicitFlags(fs, benchParamFlags)
+		if *rdmaCM {
+			if err := checkBenchCM(cmd, args[0], *qps, *sweep, *seconds, *mode); err != nil {
+				return err
+			}
+		}
 		if *sweep {
 			switch {
 			case slices.Contains(set, "size"):
@@ -271,7 +285,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		defer stopMetrics()
 		b := &bench{env: env, dev: dev.Device, test: test, name: args[0], size: n, iters: it, qps: *qps, op: op, set: set,
-			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths}
+			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths, rdmaCM: *rdmaCM}
 		if *mtu != 0 {
 			if m := roce.MTUFromBytes(*mtu); m < b.mtu {
 				b.mtu = m
@@ -285,9 +299,14 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 			}
 		}
 		var res []benchResult
-		if len(args) == 2 {
+		switch {
+		case *rdmaCM && len(args) == 2:
+			res, err = b.clientCM(ctx, args[1], *port, *retry)
+		case *rdmaCM:
+			res, err = b.serverCM(ctx, *port)
+		case len(args) == 2:
 			res, err = b.client(ctx, args[1], *port, *retry)
-		} else {
+		default:
 			res, err = b.server(ctx, *port)
 		}
 		if err != nil {

@@ -107,7 +107,11 @@ func printPerftest(env *Env, b *bench, client, gbits bool) {
 	if b.test == cm.ReadBW || b.test == cm.AtomicBW {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", res.Local.OutReads)
 	}
-	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	if b.rdmaCM {
+		fmt.Fprintf(w, " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n")
+	} else {
+		fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	}
 	fmt.Fprintln(w, line)
 	if gbits {
 		// perftest's --report_gbits: 10^9 bits instead of 2^20 bytes.

@@ -38,6 +38,7 @@ type bench struct {
 	mode       string        // cm.ModeRC or cm.ModeOOO (bench_ooo.go)
 	paths      int           // --paths: UDP source ports of an OOO run
 	oooMTU     roce.MTU      // the OOO queue pair's path MTU
+	rdmaCM     bool          // -R: perftest's rdma_cm mode (bench_cm.go)
 }
 
 // perftestCycleMax is the largest cycle buffer (page size) a perftest peer is

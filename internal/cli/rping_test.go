@@ -98,12 +98,12 @@ func TestPrivilegedRping(t *testing.T) {
 // stdout, stderr and the channel its exit comes on (awaitServer's).
 func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se *syncBuffer, done chan error) {
 	t.Helper()
-	return startServerUntil(t, ctx, srv, func(so, se string) bool { return strings.Contains(se, "rping server listening") })
+	return startServerAt(t, ctx, srv, "rping server listening")
 }
 
-// startServerUntil starts a server and waits until ready says its output
-// shows it listening.
-func startServerUntil(t *testing.T, ctx context.Context, srv *exec.Cmd, ready func(stdout, stderr string) bool) (so, se *syncBuffer, done chan error) {
+// startServerAt starts a server and waits until its output (standard
+// output or error) has ready (the line it prints once it listens).
+func startServerAt(t *testing.T, ctx context.Context, srv *exec.Cmd, ready string) (so, se *syncBuffer, done chan error) {
 	t.Helper()
 	so, se = new(syncBuffer), new(syncBuffer)
 	srv.Stdout, srv.Stderr = so, se
@@ -113,7 +113,7 @@ func startServerUntil(t *testing.T, ctx context.Context, srv *exec.Cmd, ready fu
 	done = make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
-	for !ready(so.String(), se.String()) {
+	for !strings.Contains(so.String()+se.String(), ready) {
 		select {
 		case err := <-done:
 			t.Fatalf("server exited (%v): %s%s", err, so.String(), se.String())

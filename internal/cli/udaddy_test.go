@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,8 +44,8 @@ func TestPrivilegedUdaddy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 40*time.Second)
 			defer cancel()
-			so, se, done := startServerUntil(t, ctx, topo.A.NS.Command(ctx, binary, "udaddy", "--dev", topo.A.Name, "--link", tc.link,
-				"-c", tc.conns, "-C", "5"), func(so, _ string) bool { return strings.Contains(so, "udaddy: starting server") })
+			so, se, done := startServerAt(t, ctx, topo.A.NS.Command(ctx, binary, "udaddy", "--dev", topo.A.Name, "--link", tc.link,
+				"-c", tc.conns, "-C", "5"), "udaddy: starting server")
 			r := runCmd(t, topo.B.NS.Command(ctx, binary, "udaddy", "--dev", topo.B.Name, "--link", tc.link, "-s", tc.addr,
 				"-c", tc.conns, "-C", "5", "-t", "0x10"))
 			awaitServer(t, ctx, done, r, so, se)

@@ -115,6 +115,24 @@ func altHex(v uint64, width int) string {
 // answers each SEND with one (lat). mtu is this side's active MTU as the ibverbs enum
 // (3 = 1024). For the atomic test size is 8 and op chooses the operation.
 func (p *Peer) Perftest(ctx context.Context, conn net.Conn, client bool, test cm.PerftestTest, size, iters, mtu int, op AtomicOp) (PerftestResult, error) {
+	pc := cm.NewPerftestConn(conn, client)
+	connect := func(r cm.PerftestDest, _ int) error { return p.connect(r.QPN, r.PSN, r.GID) }
+	return p.perftest(ctx, pc, test, size, iters, mtu, op, func(s *cm.PerftestSetup) { s.Connect = connect }, func() { conn.Close() })
+}
+
+// PerftestCM runs the test as perftest's rdma_cm mode (-R) does: the exchange goes over ctrl,
+// the control queue pair the RDMA CM connected, and connect (called between the two
+// handshakes of zero keys) connects p.QP through the RDMA CM (the client dials, the server
+// accepts). The caller disconnects both afterwards.
+func (p *Peer) PerftestCM(ctx context.Context, ctrl cm.PerftestMessages, client bool, test cm.PerftestTest, size, iters, mtu int, op AtomicOp, connect func() error) (PerftestResult, error) {
+	pc := cm.NewPerftestCMConn(ctrl, client)
+	return p.perftest(ctx, pc, test, size, iters, mtu, op, func(s *cm.PerftestSetup) { s.CMConnect = connect }, func() {})
+}
+
+// perftest runs the test over pc; connect puts the step that connects the queue pair into the
+// setup, abort ends the exchange after a failed data phase.
+func (p *Peer) perftest(ctx context.Context, pc *cm.PerftestConn, test cm.PerftestTest, size, iters, mtu int, op AtomicOp,
+	connect func(*cm.PerftestSetup), abort func()) (PerftestResult, error) {
 	var res PerftestResult
 	if test == cm.AtomicBW {
 		size = 8
@@ -142,32 +160,32 @@ func (p *Peer) Perftest(ctx context.Context, conn net.Conn, client bool, test cm
 	if outReads == 0 {
 		outReads = 16
 	}
-	res.Local = cm.PerftestDest{OutReads: outReads, QPN: p.QP.QPN(), PSN: p.psn(), RKey: p.MR.RKey(), VAddr: p.MR.Addr(), GID: p.GID}
-	pc := cm.NewPerftestConn(conn, client)
-	var err error
-	res.Remote, res.MTU, err = pc.Setup(ctx, test, cm.PerftestSetup{MTU: mtu, Local: res.Local,
-		Connect: func(r cm.PerftestDest, _ int) error { return p.connect(r.QPN, r.PSN, r.GID) },
+	res.Local = cm.PerftestDest{OutReads: outReads, QPN: p.QP.QPN(), PSN: p.psn(), RKey: p.MR.RKey(), VAddr: p.MR.Addr(), GID: p.GID, GIDIndex: p.GIDIndex}
+	setup := cm.PerftestSetup{MTU: mtu, Local: res.Local,
 		Ready: func() error {
-			if test == cm.SendLat || (test == cm.SendBW && !client) {
+			if test == cm.SendLat || (test == cm.SendBW && !pc.Client) {
 				return p.postRecvs(iters, 0, size)
 			}
 			return nil
-		}})
+		}}
+	connect(&setup)
+	var err error
+	res.Remote, res.MTU, err = pc.Setup(ctx, test, setup)
 	if err != nil {
 		return res, err
 	}
 	t0 := time.Now()
-	if client {
+	if pc.Client {
 		err = p.perftestClient(ctx, test, res.Remote, size, iters, op, &res.Latencies)
 	} else {
 		err = p.perftestServer(ctx, test, size, iters)
 	}
 	res.Elapsed = time.Since(t0)
 	if err != nil {
-		conn.Close()
+		abort()
 		return res, err
 	}
-	if client {
+	if pc.Client {
 		sec := res.Elapsed.Seconds()
 		mbs := float64(size) * float64(iters) / sec / (1 << 20) // perftest's MB is 2^20 bytes
 		res.Report = cm.PerftestReport{Size: uint64(size), Iters: uint64(iters), BWPeak: mbs, BWAvg: mbs, MsgRate: float64(iters) / sec / 1e6}

@@ -35,6 +35,9 @@ type Peer struct {
 	// OutReads is what perftest's key message announces as the READ/atomic depth this side
 	// accepts (0: 16, roce's default MaxDestRdAtomic).
 	OutReads uint16
+	// GIDIndex is the index of GID in the device's table, which the key message of perftest's
+	// rdma_cm mode carries.
+	GIDIndex uint32
 }
 
 // PingpongResult is what a pingpong run did, printable as ibv_rc_pingpong prints it.

@@ -109,7 +109,16 @@ func (q *qpConn) commitRecv(ctx context.Context, c *ctrl) (recv func(*message) e
 			}
 			for _, wc := range wcs[:n] {
 				if wc.Opcode == roce.WCOOOTarget && wc.Ctx == q.commit && wc.Status == roce.WCSuccess {
-					m, err := decodeCommit(q.buf[q.commitArea():])
+					// Retire the context before reading the record: a
+					// commit the client reissued (its delivered
+					// completion was late) is then dropped as stale
+					// instead of placing the same bytes again while
+					// they are read.
+					var m message
+					err := q.qp.ReleaseContexts([]roce.Ctx{q.commit})
+					if err == nil {
+						m, err = decodeCommit(q.buf[q.commitArea():])
+					}
 					deliver(received{m, err})
 					return
 				}

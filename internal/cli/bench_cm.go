@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/xdproce/xdproce/cm"
+	"github.com/xdproce/xdproce/internal/toolpeer"
+	"github.com/xdproce/xdproce/roce"
+)
+
+// bench -R: perftest's rdma_cm mode (cm/perftest_rdmacm.go has the exchange). The client
+// connects a control queue pair to the server's rdma_cm port through the RDMA CM and runs
+// perftest's exchange over it as SENDs; between the two handshakes of zero keys it connects the
+// test queue pair through a second CM connection to the same port. Afterwards the client
+// disconnects both (test, then control), as perftest's client does; the server waits for that.
+
+// cmTestRetry is how long the client keeps asking for the test queue pair's connection while
+// the server answers REJ invalid service ID (perftest's server listens again only after the
+// handshake; perftest's client retries 10 times 100 ms apart, which a slow server outlasts: rxe
+// under TCG on a loaded host). The run's budget bounds it too.
+const cmTestRetry = 30 * time.Second
+
+// cmControlWait is how long the client waits for an answer to the control connection's REQ
+// (after --connect-timeout's retries).
+const cmControlWait = 15 * time.Second
+
+// cmDisconnectWait bounds the server's wait for the client's disconnects and each DREQ.
+const cmDisconnectWait = 5 * time.Second
+
+// checkBenchCM checks the flags -R runs with: one queue pair, one size by iterations, the same
+// values given at both ends (nothing is agreed).
+func checkBenchCM(cmd, test string, qps int, sweep bool, seconds int, mode string) error {
+	switch {
+	case qps != 1:
+		return usageErrorf(cmd, "-R runs one queue pair (--qps %d)", qps)
+	case sweep, seconds != 0:
+		return usageErrorf(cmd, "-R runs one size by iterations (not -a or -D)")
+	case mode != cm.ModeRC:
+		return usageErrorf(cmd, "-R: --mode %s needs xdproce's own exchange", mode)
+	}
+	return nil
+}
+
+// cmPeer is the test queue pair's peer for a run whose control connection goes to or comes
+// from remote: its GID is the local address the route to remote takes (or -x's).
+func (b *bench) cmPeer(remote netip.Addr) (*toolpeer.Peer, error) {
+	var local net.Addr = &net.TCPAddr{}
+	if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(remote, 9))); err == nil {
+		local = &net.TCPAddr{IP: c.LocalAddr().(*net.UDPAddr).IP}
+		c.Close()
+	}
+	p, err := b.peer(local)
+	if err != nil {
+		return nil, err
+	}
+	p.PSN = 0 // the CM chooses the PSNs; the key message's is perftest's random one
+	if b.test != cm.ReadBW && b.test != cm.AtomicBW {
+		p.OutReads = 1 // as perftest announces for tests without READs or atomics
+	}
+	for i, g := range b.dev.GIDs() {
+		if cm.GIDFromAddr(g) == p.GID {
+			p.GIDIndex = uint32(i)
+		}
+	}
+	return p, nil
+}
+
+// cmOptions are the CM options of the queue pairs: -m's path MTU and -x's GID, if given.
+func (b *bench) cmOptions() *roce.CMOptions {
+	if b.mtu == 0 && !b.sgid.IsValid() {
+		return nil
+	}
+	co := roce.DefaultConnectOptions()
+	co.PathMTU, co.SGID = b.mtu, b.sgid
+	return &roce.CMOptions{Connect: &co}
+}
+
+func (b *bench) clientCM(ctx context.Context, host string, port int, retry time.Duration) ([]benchResult, error) {
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(ips) == 0 {
+		return nil, fmt.Errorf("-R: resolve %s: %v", host, err)
+	}
+	dst := netip.AddrPortFrom(ips[0].Unmap(), uint16(port))
+	ctrl, err := toolpeer.NewControl(b.dev, b.dev.AllocPD())
+	if err != nil {
+		return nil, err
+	}
+	defer ctrl.Destroy()
+	// Bounded: a host with nobody on QP1 never answers, and the CM would resend its REQ for
+	// a minute.
+	cctx, ccancel := context.WithTimeout(ctx, retry+cmControlWait)
+	kc, err := dialCMRetry(cctx, b.dev, ctrl.QP, dst, b.cmOptions(), retry)
+	ccancel()
+	if err != nil {
+		return nil, fmt.Errorf("-R: control connection: %w", err)
+	}
+	defer disconnectCM(kc)
+	p, err := b.cmPeer(dst.Addr())
+	if err != nil {
+		return nil, err
+	}
+	defer p.QP.Destroy()
+	var kt *roce.CMConn
+	connect := func() error {
+		kt, err = dialCMRetry(ctx, b.dev, p.QP, dst, b.cmOptions(), cmTestRetry)
+		return err
+	}
+	bctx, cancel := withBudget(ctx, b.budgetBase, b.size, b.iters, 1)
+	defer cancel()
+	res, err := p.PerftestCM(bctx, ctrl, true, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
+	err = budgetErr(bctx, err)
+	if kt != nil {
+		disconnectCM(kt)
+	}
+	return b.stockResult(res, err, true)
+}
+
+func (b *bench) serverCM(ctx context.Context, port int) ([]benchResult, error) {
+	l, err := b.dev.ListenCM(uint16(port), b.cmOptions())
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	ctrl, err := toolpeer.NewControl(b.dev, b.dev.AllocPD())
+	if err != nil {
+		return nil, err
+	}
+	defer ctrl.Destroy()
+	fmt.Fprintf(b.env.Stderr, "bench %s: waiting for the client on rdma_cm port %d of %[3]s only (-R; %[3]s over %s, path MTU %d)\n",
+		b.name, port, b.dev.Name(), b.dev.LinkName(), b.pathMTU().Bytes())
+	req, err := l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := req.Accept(ctx, ctrl.QP, nil)
+	if err != nil {
+		return nil, fmt.Errorf("-R: control connection: %w", err)
+	}
+	p, err := b.cmPeer(req.Remote.Addr())
+	if err != nil {
+		disconnectCM(kc)
+		return nil, err
+	}
+	defer p.QP.Destroy()
+	bctx, cancel := withBudget(ctx, b.budgetBase, b.size, b.iters, 1)
+	defer cancel()
+	var kt *roce.CMConn
+	connect := func() error {
+		for {
+			r, err := l.Accept(bctx)
+			if err != nil {
+				return err
+			}
+			if r.Remote.Addr() != req.Remote.Addr() { // another client's: this one is busy
+				r.Reject(nil) //nolint:errcheck // the other client is told no either way
+				continue
+			}
+			kt, err = r.Accept(bctx, p.QP, nil)
+			return err
+		}
+	}
+	res, err := p.PerftestCM(bctx, ctrl, false, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
+	err = budgetErr(bctx, err)
+	// perftest's client disconnects the test connection, then the control one: wait for it,
+	// then disconnect what is left (nothing, usually).
+	for _, k := range []*roce.CMConn{kt, kc} {
+		if k == nil {
+			continue
+		}
+		if err == nil {
+			select {
+			case <-k.Done():
+			case <-time.After(cmDisconnectWait):
+			case <-ctx.Done():
+			}
+		}
+		disconnectCM(k)
+	}
+	return b.stockResult(res, err, false)
+}
+
+// dialCMRetry connects q to dst through the RDMA CM, asking again 100 ms after each REJ
+// invalid service ID (nothing listens yet) for up to retry.
+func dialCMRetry(ctx context.Context, dev *roce.Device, q *roce.QP, dst netip.AddrPort, o *roce.CMOptions, retry time.Duration) (*roce.CMConn, error) {
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		k, err := dev.DialCM(ctx, q, dst, nil, o)
+		var rej *roce.CMRejectError
+		if err == nil || !errors.As(err, &rej) || rej.Reason != roce.CMRejInvalidServiceID {
+			return k, err
+		}
+		if time.Since(start)+100*time.Millisecond > retry {
+			return nil, fmt.Errorf("%w (%d attempts in %v: nothing listens on rdma_cm port %d there)", err, attempt, time.Since(start).Round(10*time.Millisecond), dst.Port())
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// disconnectCM disconnects k within cmDisconnectWait (nothing happens when the peer already
+// did).
+func disconnectCM(k *roce.CMConn) {
+	ctx, cancel := context.WithTimeout(context.Background(), cmDisconnectWait)
+	defer cancel()
+	k.Disconnect(ctx) //nolint:errcheck // the run's result is what is reported
+}
