@@ -29,8 +29,8 @@ func TestCMManyConnections(t *testing.T) {
 	case testing.Short():
 		n = 200
 	}
-	s := newCMScale(t, n)
-	p := s.p
+	p, _, _ := newPipeDevices(t, pipe.Config{})
+	s := newCMScale(t, n, p, addrB)
 	p.a.CMConns() // creates a's QP1 (b's came with the listener)
 	qps0 := p.a.Stats().QPs + p.b.Stats().QPs
 	s.round(min(n, 2*cmScaleWorkers), nil) // the first use of everything: worker stacks, rings, pools
@@ -64,12 +64,13 @@ func TestCMManyConnections(t *testing.T) {
 // QP1 has send slots, so that answers wait for slots.
 const cmScaleWorkers = 64
 
-// cmScale is two devices over link/pipe, a listener on b and
-// cmScaleWorkers goroutines accepting on it (until the test ends), for
-// rounds of up to max connections.
+// cmScale is two devices, a listener on b (at dst) and cmScaleWorkers
+// goroutines accepting on it (until the test ends), for rounds of up to
+// max connections.
 type cmScale struct {
 	t    *testing.T
 	p    *devPair
+	dst  netip.Addr
 	ctx  context.Context
 	ends [2]struct {
 		cq *roce.CQ
@@ -84,10 +85,9 @@ type cmScaleConn struct {
 	qp *roce.QP
 }
 
-func newCMScale(t *testing.T, max int) *cmScale {
+func newCMScale(t *testing.T, max int, p *devPair, dst netip.Addr) *cmScale {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	s := &cmScale{t: t, ctx: ctx, passive: make(chan cmScaleConn, max), errs: make(chan error, 2*max)}
-	s.p, _, _ = newPipeDevices(t, pipe.Config{})
+	s := &cmScale{t: t, p: p, dst: dst, ctx: ctx, passive: make(chan cmScaleConn, max), errs: make(chan error, 2*max)}
 	l, err := s.p.b.ListenCM(7174, &shortCM)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func (s *cmScale) round(n int, up func()) (established, closed time.Duration) {
 		q, err := s.qp(0)
 		if err == nil {
 			active[i].qp = q
-			active[i].k, err = p.a.DialCM(s.ctx, q, netip.AddrPortFrom(addrB, 7174), nil, &shortCM)
+			active[i].k, err = p.a.DialCM(s.ctx, q, netip.AddrPortFrom(s.dst, 7174), nil, &shortCM)
 		}
 		if err != nil {
 			s.errs <- fmt.Errorf("dial %d: %w", i, err)
