@@ -34,16 +34,26 @@ type cmAgent struct {
 	tidHi uint32 // upper half of our transaction IDs (Linux: the MAD agent's)
 	guid  uint64 // local CA GUID: the EUI-64 of the device's MAC
 
-	sendMu sync.Mutex
-	sendAt int // next send slot
+	sendMu    sync.Mutex  // guards sendFree and sendWait (cm_send.go)
+	sendFree  []int       // send slots not in flight
+	sendWait  []cmPending // MADs waiting for a send slot, oldest first
+	sendDrops atomic.Uint64
 
-	listenMu  sync.Mutex // serializes ListenCM and CMListener.Close (they ask the daemon in between)
+	listenMu  sync.Mutex // serializes listen and unlisten (they ask the daemon in between)
 	mu        sync.Mutex
-	listeners map[uint16]*CMListener
+	listeners map[cmPort]any       // *CMListener, *SIDRListener (cm_port.go)
 	conns     map[uint32]*cmConn   // by local communication ID
 	byRemote  map[cmRemote]*cmConn // by the peer's (GID, communication ID)
 	byPeerQP  map[cmPeerQP]*cmConn // established, by the peer's (GID, QPN): stale-connection check
-	malformed atomic.Uint64        // MADs dropped as undecodable
+	peak      int                  // most connections held since the maps were made (forget remakes them)
+	// SIDR (cm_sidr_*.go): requests received (pending, or answered and
+	// kept in the sidrKept ring from sidrNext on), requests sent by request
+	// ID (drawn with the communication IDs).
+	sidrIn    map[sidrKey]*sidrIn
+	sidrKept  []sidrKey
+	sidrNext  int
+	sidrOut   map[uint32]*sidrOut
+	malformed atomic.Uint64 // MADs dropped as undecodable
 	stop      context.CancelFunc
 	done      chan struct{}
 }
@@ -75,8 +85,8 @@ func (d *Device) cm() (*cmAgent, error) {
 }
 
 func newCMAgent(d *Device) (*cmAgent, error) {
-	a := &cmAgent{d: d, listeners: map[uint16]*CMListener{}, conns: map[uint32]*cmConn{},
-		byRemote: map[cmRemote]*cmConn{}, byPeerQP: map[cmPeerQP]*cmConn{}, done: make(chan struct{})}
+	a := &cmAgent{d: d, listeners: map[cmPort]any{}, conns: map[uint32]*cmConn{},
+		byRemote: map[cmRemote]*cmConn{}, byPeerQP: map[cmPeerQP]*cmConn{}, done: make(chan struct{}), sidrIn: map[sidrKey]*sidrIn{}, sidrOut: map[uint32]*sidrOut{}}
 	a.tidHi = randUint32()
 	hw := d.hw
 	a.guid = binary.BigEndian.Uint64([]byte{hw[0] ^ 2, hw[1], hw[2], 0xff, 0xfe, hw[3], hw[4], hw[5]})
@@ -95,6 +105,9 @@ func newCMAgent(d *Device) (*cmAgent, error) {
 	}
 	if err := a.qp.Activate(wire.GSIQKey, 0); err != nil {
 		return nil, fmt.Errorf("roce: qp1: %w", err)
+	}
+	for i := range cmSendSlots {
+		a.sendFree = append(a.sendFree, cmRecvSlots+i)
 	}
 	for i := range cmRecvSlots {
 		if err := a.postRecv(i); err != nil {
@@ -123,12 +136,13 @@ func (a *cmAgent) run(ctx context.Context) {
 		}
 		for _, wc := range wcs[:n] {
 			if wc.ID&cmSendWRID != 0 {
-				continue // send completion: the slot is reused in turn
+				a.sendDone(int(wc.ID &^ cmSendWRID)) // the slot is free: the next MAD waiting goes out
+				continue
 			}
 			slot := int(wc.ID)
 			b := a.buf[slot*cmSlotLen : (slot+1)*cmSlotLen]
 			if wc.Status == WCSuccess && wc.ByteLen == cmSlotLen {
-				a.input(grhSource(b[:40]), wc.SrcQPN, b[40:])
+				a.input(GRHSource(b[:40]), wc.SrcQPN, b[40:])
 			} else {
 				a.malformed.Add(1)
 			}
@@ -143,38 +157,14 @@ func (a *cmAgent) run(ctx context.Context) {
 	}
 }
 
-// grhSource is the source address in a UD receive buffer's GRH area (IPv4:
-// 20 zero bytes, then the IPv4 header).
-func grhSource(g []byte) netip.Addr {
+// GRHSource is the sender's address in the GRH area (the first GRHLen
+// bytes) of a UD receive buffer: for IPv4, 20 zero bytes and then the IPv4
+// header. It is what ibv_create_ah_from_wc reads; g must hold GRHLen bytes.
+func GRHSource(g []byte) netip.Addr {
 	if g[0]>>4 == 6 {
 		return netip.AddrFrom16([16]byte(g[8:24]))
 	}
 	return netip.AddrFrom4([4]byte(g[32:36]))
-}
-
-// send encodes h and m and sends them to QP1 at peer.
-func (a *cmAgent) send(peer netip.Addr, h rdmacm.Header, m rdmacm.Message) ([]byte, error) {
-	var mad [rdmacm.MADLen]byte
-	if _, err := rdmacm.Encode(mad[:], h, m); err != nil {
-		return nil, err
-	}
-	return mad[:], a.sendRaw(peer, mad[:])
-}
-
-// sendRaw sends one encoded MAD (a resend of a kept message, or a new one).
-func (a *cmAgent) sendRaw(peer netip.Addr, mad []byte) error {
-	ah, err := a.d.CreateAH(GIDFromIP(peer), 1, wire.GSIQKey)
-	if err != nil {
-		return err
-	}
-	a.sendMu.Lock()
-	defer a.sendMu.Unlock()
-	slot := cmRecvSlots + a.sendAt
-	a.sendAt = (a.sendAt + 1) % cmSendSlots
-	off := slot * cmSlotLen
-	copy(a.buf[off:off+rdmacm.MADLen], mad)
-	return a.qp.PostSendAH(SendWR{ID: cmSendWRID | uint64(slot), Opcode: WRSend, Flags: Signaled,
-		SGL: []SGE{{Addr: a.mr.Addr() + uint64(off), Length: rdmacm.MADLen, LKey: a.mr.LKey()}}}, ah)
 }
 
 // input dispatches one received MAD. Undecodable MADs and those of other
@@ -195,9 +185,9 @@ func (a *cmAgent) input(src netip.Addr, srcQP uint32, mad []byte) {
 		apr := &rdmacm.APR{LocalCommID: m.RemoteCommID, RemoteCommID: m.LocalCommID, Status: rdmacm.APRUnsupported}
 		a.send(src, rdmacm.CMHeader(h.TID), apr) //nolint:errcheck // the peer retries its LAP
 	case *rdmacm.SIDRReq:
-		// RDMA_PS_UDP is not served: SIDR_REP with status "service ID not supported".
-		rep := &rdmacm.SIDRRep{RequestID: m.RequestID, Status: rdmacm.SIDRUnsupported, ServiceID: m.ServiceID}
-		a.send(src, rdmacm.CMHeader(h.TID), rep) //nolint:errcheck
+		a.inputSIDRReq(src, h, m)
+	case *rdmacm.SIDRRep:
+		a.inputSIDRRep(src, m)
 	default:
 		c := a.lookup(mad)
 		if c == nil {
@@ -239,11 +229,12 @@ func (a *cmAgent) register(c *cmConn) {
 	defer a.mu.Unlock()
 	c.localID = a.newCommID()
 	a.conns[c.localID] = c
+	a.peak = max(a.peak, len(a.conns))
 }
 
-// newCommID returns an unused random local communication ID: any but 0, or
-// on a client of the xdproce daemon one of the range the daemon steers to
-// it (Options.commIDs). a.mu is held.
+// newCommID returns an unused random local communication ID (or SIDR
+// request ID): any but 0, or on a client of the xdproce daemon one of the
+// range the daemon steers to it (Options.commIDs). a.mu is held.
 func (a *cmAgent) newCommID() uint32 {
 	lo, hi := a.d.opts.commIDs[0], a.d.opts.commIDs[1]
 	for {
@@ -251,7 +242,7 @@ func (a *cmAgent) newCommID() uint32 {
 		if hi != 0 {
 			id = lo + id%(hi-lo+1)
 		}
-		if id != 0 && a.conns[id] == nil {
+		if id != 0 && a.conns[id] == nil && a.sidrOut[id] == nil {
 			return id
 		}
 	}
@@ -269,6 +260,10 @@ func (a *cmAgent) forget(c *cmConn) {
 	}
 	if k := (cmPeerQP{c.peer, c.remoteQPN}); a.byPeerQP[k] == c {
 		delete(a.byPeerQP, k)
+	}
+	if shrunk(len(a.conns), a.peak) { // after many connections: give their maps' memory back
+		a.conns, a.byRemote, a.byPeerQP = remade(a.conns), remade(a.byRemote), remade(a.byPeerQP)
+		a.peak = len(a.conns)
 	}
 }
 

@@ -23,3 +23,22 @@ func (d *Device) CMConns() int {
 	defer a.mu.Unlock()
 	return len(a.conns)
 }
+
+// CMSIDR counts the device's SIDR state: requests received and not yet
+// answered, answers kept for retries, requests sent and waiting.
+func (d *Device) CMSIDR() (pending, kept, dialing int) {
+	a, err := d.cm()
+	if err != nil {
+		return 0, 0, 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range a.sidrIn {
+		if e.rep == nil {
+			pending++
+		} else {
+			kept++
+		}
+	}
+	return pending, kept, len(a.sidrOut)
+}

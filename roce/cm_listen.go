@@ -13,16 +13,11 @@ import (
 // A CMListener receives the RDMA CM connection requests for one rdma_cm
 // port (RDMA_PS_TCP) of a device, as rdma_listen does.
 type CMListener struct {
-	a    *cmAgent
-	port uint16
-	opt  CMOptions
-	reqs chan *CMRequest
-	done chan struct{}
+	a   *cmAgent
+	at  cmPort
+	opt CMOptions
+	q   backlog[*CMRequest]
 }
-
-// cmBacklog is how many requests wait for Accept before more are rejected
-// (REJ no resources).
-const cmBacklog = 32
 
 // ListenCM listens for RDMA CM requests to port: REQs with service ID
 // 0x0000000001060000 | port. REQs for a port nobody listens on are answered
@@ -34,79 +29,34 @@ func (d *Device) ListenCM(port uint16, o *CMOptions) (*CMListener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("roce: cm listen: %w", err)
 	}
-	l := &CMListener{a: a, port: port, opt: o.norm(), reqs: make(chan *CMRequest, cmBacklog), done: make(chan struct{})}
-	a.listenMu.Lock()
-	defer a.listenMu.Unlock()
-	a.mu.Lock()
-	inUse := a.listeners[port] != nil
-	a.mu.Unlock()
-	if inUse {
-		return nil, fmt.Errorf("roce: cm listen: port %d is in use", port)
+	l := &CMListener{a: a, at: cmPort{rdmacm.PSTCP, port}, opt: o.norm(), q: newBacklog[*CMRequest]()}
+	if err := a.listen(l.at, l); err != nil {
+		return nil, fmt.Errorf("roce: cm listen: %w", err)
 	}
-	if d.cmReg != nil {
-		if err := d.cmReg.listenService(rdmacm.ServiceID(rdmacm.PSTCP, port)); err != nil {
-			return nil, fmt.Errorf("roce: cm listen: port %d: %w", port, err)
-		}
-	}
-	a.mu.Lock()
-	a.listeners[port] = l
-	a.mu.Unlock()
 	return l, nil
 }
 
-// cmRegistrar is told the service IDs a device listens on: the xdproce
-// daemon, which steers their REQs to the device (roce/daemon_linux.go).
-type cmRegistrar interface {
-	listenService(id uint64) error
-	unlistenService(id uint64) error
-}
-
 // Port returns the rdma_cm port listened on.
-func (l *CMListener) Port() uint16 { return l.port }
+func (l *CMListener) Port() uint16 { return l.at.port }
 
 // Close stops listening; requests not yet accepted are rejected (consumer
 // defined).
 func (l *CMListener) Close() error {
-	l.a.listenMu.Lock()
-	l.a.mu.Lock()
-	mine := l.a.listeners[l.port] == l
-	if mine {
-		delete(l.a.listeners, l.port)
+	err := l.a.unlisten(l.at, l)
+	l.q.close()
+	if err != nil {
+		return fmt.Errorf("roce: cm listener close: %w", err)
 	}
-	l.a.mu.Unlock()
-	var err error
-	if r := l.a.d.cmReg; mine && r != nil {
-		if err = r.unlistenService(rdmacm.ServiceID(rdmacm.PSTCP, l.port)); err != nil {
-			err = fmt.Errorf("roce: cm listener close: port %d: %w", l.port, err)
-		}
-	}
-	l.a.listenMu.Unlock()
-	select {
-	case <-l.done:
-		return err
-	default:
-		close(l.done)
-	}
-	for {
-		select {
-		case r := <-l.reqs:
-			_ = r.Reject(nil)
-		default:
-			return err
-		}
-	}
+	return nil
 }
 
 // Accept waits for the next connection request.
 func (l *CMListener) Accept(ctx context.Context) (*CMRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.done:
-		return nil, fmt.Errorf("roce: cm accept: listener %w", errCMClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("roce: cm accept: %w", ctx.Err())
+	r, err := l.q.accept(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("roce: cm accept: %w", err)
 	}
+	return r, nil
 }
 
 // A CMRequest is a connection request waiting for Accept or Reject
@@ -143,10 +93,10 @@ func (a *cmAgent) inputREQ(src netip.Addr, h rdmacm.Header, m *rdmacm.REQ) {
 		rej := &rdmacm.REJ{RemoteCommID: m.LocalCommID, MessageRejected: rdmacm.MsgREQ, Reason: reason}
 		a.send(src, rdmacm.CMHeader(h.TID), rej) //nolint:errcheck // the peer resends its REQ
 	}
-	ps, port, ok := rdmacm.ParseServiceID(m.ServiceID)
-	l := a.listeners[port]
+	ps, port, _ := rdmacm.ParseServiceID(m.ServiceID)
+	l, _ := a.listeners[cmPort{ps, port}].(*CMListener)
 	switch {
-	case !ok || ps != rdmacm.PSTCP || l == nil:
+	case l == nil:
 		reject(rdmacm.RejInvalidServiceID)
 		return
 	case m.TransportService != rdmacm.TransportRC:
@@ -166,14 +116,15 @@ func (a *cmAgent) inputREQ(src netip.Addr, h rdmacm.Header, m *rdmacm.REQ) {
 	c.timeout, c.retries = m.LocalCMResponseTimeout, m.MaxCMRetries
 	r := &CMRequest{l: l, c: c, req: *m, PrivateData: append([]byte(nil), user...),
 		Remote: netip.AddrPortFrom(src, iph.SrcPort)}
-	if len(l.reqs) == cap(l.reqs) {
+	if l.q.full() {
 		reject(rdmacm.RejNoResources)
 		return
 	}
 	c.localID = a.newCommID()
 	a.conns[c.localID] = c
+	a.peak = max(a.peak, len(a.conns))
 	a.byRemote[cmRemote{src, m.LocalCommID}] = c
-	l.reqs <- r // only this goroutine sends, under a.mu: there is room
+	l.q.reqs <- r // only this goroutine sends, under a.mu: there is room
 	a.mu.Unlock()
 }
 

@@ -119,12 +119,9 @@ func (d *Device) removeQP(e *qpEntry) {
 		d.srQPs.Add(-1)
 	}
 	delete(d.qps, e.qpn)
-	if d.qpsPeak >= 1024 && len(d.qps) <= d.qpsPeak/8 {
-		m := make(map[uint32]*qpEntry, len(d.qps))
-		for n, x := range d.qps {
-			m[n] = x
-		}
-		d.qps, d.qpsPeak = m, len(m)
+	if shrunk(len(d.qps), d.qpsPeak) {
+		d.qps = remade(d.qps)
+		d.qpsPeak = len(d.qps)
 	}
 	addQPStats(&d.retired, e.q)
 	d.retiredQP.add(e.q)
@@ -135,4 +132,18 @@ func (d *Device) removeQP(e *qpEntry) {
 			d.qpTab[ci].Store(nil) // a lookup holding it finds nil entries
 		}
 	}
+}
+
+// shrunk reports whether a map that held peak entries and now holds n
+// should be remade (remade): a Go map keeps the memory of its largest size,
+// so one that grew past 1024 entries is remade at an eighth of its peak.
+func shrunk(n, peak int) bool { return peak >= 1024 && n <= peak/8 }
+
+// remade returns a copy of m sized for the entries it holds.
+func remade[K comparable, V any](m map[K]V) map[K]V {
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }

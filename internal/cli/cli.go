@@ -47,6 +47,8 @@ var commands = []*Command{
 	benchCommand,
 	pingpongCommand,
 	rpingCommand,
+	udaddyCommand,
+	ucmatoseCommand,
 	demoCommand,
 	daemonCommand,
 	versionCommand,

@@ -101,8 +101,8 @@ func startRpingServer(t *testing.T, ctx context.Context, srv *exec.Cmd) (so, se 
 	return startServerAt(t, ctx, srv, "rping server listening")
 }
 
-// startServerAt starts a server and waits until its standard error has
-// ready (the line it prints once it listens).
+// startServerAt starts a server and waits until its output (standard
+// output or error) has ready (the line it prints once it listens).
 func startServerAt(t *testing.T, ctx context.Context, srv *exec.Cmd, ready string) (so, se *syncBuffer, done chan error) {
 	t.Helper()
 	so, se = new(syncBuffer), new(syncBuffer)
@@ -113,12 +113,12 @@ func startServerAt(t *testing.T, ctx context.Context, srv *exec.Cmd, ready strin
 	done = make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	t.Cleanup(func() { srv.Process.Kill(); <-done; done <- nil })
-	for !strings.Contains(se.String(), ready) {
+	for !strings.Contains(so.String()+se.String(), ready) {
 		select {
 		case err := <-done:
-			t.Fatalf("server exited (%v): %s", err, se.String())
+			t.Fatalf("server exited (%v): %s%s", err, so.String(), se.String())
 		case <-ctx.Done():
-			t.Fatalf("server not listening: %s", se.String())
+			t.Fatalf("server not listening: %s%s", so.String(), se.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

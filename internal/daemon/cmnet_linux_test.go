@@ -55,6 +55,27 @@ func newDaemonPair(t *testing.T) *daemonPair {
 	return p
 }
 
+// A crossing is one way a connection goes through the daemon pair.
+type crossing struct {
+	name     string
+	from, to *roce.Device
+	dst      netip.Addr // to's address
+}
+
+// crossings are the ways the CM tests connect: the wire to each client, a
+// client to the other (same host) and to the wire, IPv6 both ways.
+func (p *daemonPair) crossings() []crossing {
+	a4, b4, a6, b6 := p.topo.A.IPv4, p.topo.B.IPv4, p.topo.A.IPv6, p.topo.B.IPv6
+	return []crossing{
+		{"z to x", p.z, p.x, a4},
+		{"z to y", p.z, p.y, a4},
+		{"x to y (same host)", p.x, p.y, a4},
+		{"y to z", p.y, p.z, b4},
+		{"z to x over IPv6", p.z, p.x, a6},
+		{"x to z over IPv6", p.x, p.z, b6},
+	}
+}
+
 // cmConnect dials from device from to the listener l (on device to, at
 // dst) and accepts there; it returns both sides, connected.
 func cmConnect(t *testing.T, from, to *roce.Device, l *roce.CMListener, dst netip.Addr) (a, b *scriptSide, ka, kb *roce.CMConn) {
@@ -132,7 +153,7 @@ func sendBothWays(t *testing.T, a, b *scriptSide) {
 func TestPrivilegedCM(t *testing.T) {
 	netlab.Privileged(t)
 	p := newDaemonPair(t)
-	addrA, addrB := p.topo.A.IPv4, p.topo.B.IPv4
+	addrA := p.topo.A.IPv4
 	listen := func(d *roce.Device, port uint16) *roce.CMListener {
 		l, err := d.ListenCM(port, &shortCM)
 		if err != nil {
@@ -151,20 +172,9 @@ func TestPrivilegedCM(t *testing.T) {
 		ka, kb *roce.CMConn
 	}
 	var conns []conn
-	for _, tc := range []struct {
-		name     string
-		from, to *roce.Device
-		l        *roce.CMListener
-		dst      netip.Addr
-	}{
-		{"z to x", p.z, p.x, lx, addrA},
-		{"z to y", p.z, p.y, ly, addrA},
-		{"x to y (same host)", p.x, p.y, ly, addrA},
-		{"y to z", p.y, p.z, lz, addrB},
-		{"z to x over IPv6", p.z, p.x, lx, p.topo.A.IPv6},
-		{"x to z over IPv6", p.x, p.z, lz, p.topo.B.IPv6},
-	} {
-		a, b, ka, kb := cmConnect(t, tc.from, tc.to, tc.l, tc.dst)
+	ls := map[*roce.Device]*roce.CMListener{p.x: lx, p.y: ly, p.z: lz}
+	for _, tc := range p.crossings() {
+		a, b, ka, kb := cmConnect(t, tc.from, tc.to, ls[tc.to], tc.dst)
 		sendBothWays(t, a, b)
 		conns = append(conns, conn{tc.name, a, b, ka, kb})
 	}
@@ -217,18 +227,7 @@ func TestPrivilegedGroup(t *testing.T) {
 	const qkey = 0x55
 	group := netip.MustParseAddr("239.1.7.9")
 	ud := func(d *roce.Device) *scriptSide {
-		s := &scriptSide{dev: d, buf: make([]byte, 8192)}
-		pd := d.AllocPD()
-		var err error
-		if s.cq, err = d.CreateCQ(64); err != nil {
-			t.Fatal(err)
-		}
-		if s.mr, err = pd.RegMR(s.buf, roce.LocalWrite); err != nil {
-			t.Fatal(err)
-		}
-		if s.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.UD, SendCQ: s.cq, RecvCQ: s.cq, MaxSendWR: 16, MaxRecvWR: 16}); err != nil {
-			t.Fatal(err)
-		}
+		s := udSide(t, d)
 		if err := s.qp.Activate(qkey, 0x100); err != nil {
 			t.Fatal(err)
 		}
