@@ -55,12 +55,14 @@ func cmToolRows(t *testing.T, c cmTool) {
 			var terr, xerr error
 			if srv {
 				x := g.hostStart(t, xd...)
-				waitHost(t, x, c.ready, 30*time.Second)
+				if err := waitHost(x, 30*time.Second, c.ready); err != nil {
+					t.Fatalf("xdproce %s server: %v:\n%s", c.name, err, x.output())
+				}
 				toolOut, rc, terr = g.start(t, tool+" -s "+g.hostIP).wait(60 * time.Second)
 				xdOut, xerr = x.wait(10 * time.Second)
 			} else {
 				j := g.start(t, tool)
-				g.guestCMListening(t, j, c.port, 30*time.Second) // the tools print their first line before they listen
+				g.cmListening(t, j, c.port, 30*time.Second) // the tools print their first line before they listen
 				xdOut, xerr = g.hostStart(t, append(xd, "-s", g.guestIP)...).wait(60 * time.Second)
 				toolOut, rc, terr = j.wait(10 * time.Second)
 			}
