@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -77,53 +76,25 @@ func setupUcmatose(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 		}
 		co := roce.DefaultConnectOptions()
 		co.RetryCnt = 5 // cmatose's retry_count
-		if *tos != "" {
-			v, err := strconv.ParseUint(*tos, 0, 8)
-			if err != nil {
-				return usageErrorf(cmd, "-t %s: want a traffic class 0 to 255", *tos)
-			}
-			co.TOS = uint8(v)
-		}
-		c.opts = &roce.CMOptions{ResponderResources: 1, InitiatorDepth: 1, Connect: &co}
-		var dst, src netip.Addr
-		for _, a := range []struct {
-			flag, s string
-			to      *netip.Addr
-		}{{"-s", *server, &dst}, {"-b", *bind, &src}} {
-			if a.s == "" {
-				continue
-			}
-			ip, err := netip.ParseAddr(a.s)
-			if err != nil {
-				return usageErrorf(cmd, "%s %q: want an IPv4 or IPv6 address", a.flag, a.s)
-			}
-			*a.to = ip.Unmap()
-		}
-		dev, err := openDevice(env, cmd, &df)
+		tv, set, err := cmToolTOS(cmd, *tos)
 		if err != nil {
 			return err
 		}
-		defer closeDevice(env, dev)
-		if src.IsValid() && !dev.hasAddr(src) {
-			return fmt.Errorf("ucmatose: -b %v is not an address of %s (its GIDs: %v)", src, dev.Name(), dev.GIDs())
+		if set {
+			co.TOS = tv
 		}
-		c.dev = dev.Device
-		var status int
-		if dst.IsValid() {
-			status, err = c.client(ctx, netip.AddrPortFrom(dst, uint16(*port)), *timeout)
-		} else {
-			status, err = c.serve(ctx, uint16(*port))
-		}
-		c.destroy()
-		fmt.Fprintln(c.out, "test complete")
+		c.opts = &roce.CMOptions{ResponderResources: 1, InitiatorDepth: 1, Connect: &co}
+		dst, src, err := cmToolAddrs(cmd, *server, *bind)
 		if err != nil {
-			return fmt.Errorf("ucmatose: %w", interrupted(ctx, err))
+			return err
 		}
-		fmt.Fprintf(c.out, "return status %d\n", status)
-		if status != 0 {
-			return fmt.Errorf("ucmatose: return status %d", status)
-		}
-		return nil
+		return cmToolRun(ctx, env, cmd, "ucmatose", &df, src, c.out, func(dev *roce.Device) (int, error) {
+			c.dev = dev
+			if dst.IsValid() {
+				return c.client(ctx, netip.AddrPortFrom(dst, uint16(*port)), *timeout)
+			}
+			return c.serve(ctx, uint16(*port))
+		}, c.destroy)
 	}
 }
 

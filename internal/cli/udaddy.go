@@ -84,52 +84,22 @@ func setupUdaddy(fs *flag.FlagSet, env *Env) func(context.Context, []string) err
 		if v, err := strconv.ParseUint(*ps, 0, 16); err != nil || v != 0x111 {
 			return usageErrorf(cmd, "-p %s: only 0x111 (RDMA_PS_UDP) is served", *ps)
 		}
-		if *tos != "" {
-			v, err := strconv.ParseUint(*tos, 0, 8)
-			if err != nil {
-				return usageErrorf(cmd, "-t %s: want a traffic class 0 to 255", *tos)
-			}
-			u.tos = uint8(v)
-		}
-		var dst, src netip.Addr
-		for _, a := range []struct {
-			flag, s string
-			to      *netip.Addr
-		}{{"-s", *server, &dst}, {"-b", *bind, &src}} {
-			if a.s == "" {
-				continue
-			}
-			ip, err := netip.ParseAddr(a.s)
-			if err != nil {
-				return usageErrorf(cmd, "%s %q: want an IPv4 or IPv6 address", a.flag, a.s)
-			}
-			*a.to = ip.Unmap()
-		}
-		dev, err := openDevice(env, cmd, &df)
+		tv, _, err := cmToolTOS(cmd, *tos)
 		if err != nil {
 			return err
 		}
-		defer closeDevice(env, dev)
-		if src.IsValid() && !dev.hasAddr(src) {
-			return fmt.Errorf("udaddy: -b %v is not an address of %s (its GIDs: %v)", src, dev.Name(), dev.GIDs())
-		}
-		u.dev = dev.Device
-		var status int
-		if dst.IsValid() {
-			status, err = u.client(ctx, dst, *timeout)
-		} else {
-			status, err = u.serve(ctx)
-		}
-		u.destroy()
-		fmt.Fprintln(u.out, "test complete")
+		u.tos = tv
+		dst, src, err := cmToolAddrs(cmd, *server, *bind)
 		if err != nil {
-			return fmt.Errorf("udaddy: %w", interrupted(ctx, err))
+			return err
 		}
-		fmt.Fprintf(u.out, "return status %d\n", status)
-		if status != 0 {
-			return fmt.Errorf("udaddy: return status %d", status)
-		}
-		return nil
+		return cmToolRun(ctx, env, cmd, "udaddy", &df, src, u.out, func(dev *roce.Device) (int, error) {
+			u.dev = dev
+			if dst.IsValid() {
+				return u.client(ctx, dst, *timeout)
+			}
+			return u.serve(ctx)
+		}, u.destroy)
 	}
 }
 
