@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
-	"github.com/xdproce/xdproce/link/pipe"
 	"github.com/xdproce/xdproce/roce"
 )
 
@@ -180,20 +178,7 @@ func vethBytes(t *testing.T, ns *netlab.NS, ifname string) int64 {
 func TestPrivilegedSameHostBypass(t *testing.T) {
 	netlab.Privileged(t)
 	const size, chunk = 64 << 20, 256 << 10
-	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa, err := roce.NewDevice(la, &roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("198.51.100.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pa.Close()
-	pb, err := roce.NewDevice(lb, &roce.Options{Addrs: []netip.Addr{netip.MustParseAddr("198.51.100.1")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pb.Close()
+	pa, pb := pipeDevices(t)
 	start := time.Now()
 	want := script(t, pa, pb, size, chunk)
 	pipeTime := time.Since(start)

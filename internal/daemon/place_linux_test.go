@@ -23,47 +23,13 @@ import (
 func TestPrivilegedPlacement(t *testing.T) {
 	netlab.Privileged(t)
 	const size, chunk = 16 << 20, 64 << 10
-	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs := []netip.Addr{netip.MustParseAddr("198.51.100.1")}
-	pa, err := roce.NewDevice(la, &roce.Options{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pa.Close()
-	pb, err := roce.NewDevice(lb, &roce.Options{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pb.Close()
+	pa, pb := pipeDevices(t)
 	want := scriptMR(t, pa, pb, size, chunk, true, true)
 	if st := pa.PlaceStats(); st.Regions != 0 || st.Requests != 0 {
 		t.Errorf("a device over link/pipe shares memory: %+v", st)
 	}
 
-	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
-	sock := filepath.Join(t.TempDir(), "d.sock")
-	var d *Daemon
-	var x, y *roce.Device
-	if err := topo.A.NS.Do(func() error {
-		var err error
-		if d, err = Start(Config{Interface: topo.A.Name, Socket: sock, Link: roce.LinkXSK}); err != nil {
-			return err
-		}
-		o := &roce.Options{Link: roce.LinkDaemon, Daemon: sock}
-		if x, err = roce.Open(topo.A.Name, o); err != nil {
-			return err
-		}
-		y, err = roce.Open(topo.A.Name, o)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	defer x.Close()
-	defer y.Close()
+	topo, x, y, d := daemonClientsIn(t)
 	before := vethBytes(t, topo.A.NS, topo.A.Name)
 	got := scriptMR(t, x, y, size, chunk, true, true)
 	if moved := vethBytes(t, topo.A.NS, topo.A.Name) - before; moved > 4096 {
@@ -173,21 +139,7 @@ func errorScript(t *testing.T, da, db *roce.Device, alloc bool) []wcRec {
 // and the daemon placed them (no RoCE frame switched).
 func TestPrivilegedPlacementErrors(t *testing.T) {
 	netlab.Privileged(t)
-	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs := []netip.Addr{netip.MustParseAddr("198.51.100.1")}
-	pa, err := roce.NewDevice(la, &roce.Options{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pa.Close()
-	pb, err := roce.NewDevice(lb, &roce.Options{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pb.Close()
+	pa, pb := pipeDevices(t)
 	want := errorScript(t, pa, pb, true)
 	t.Logf("over link/pipe: %+v", want)
 
@@ -207,7 +159,14 @@ func TestPrivilegedPlacementErrors(t *testing.T) {
 // daemonClients starts a daemon on a veth by AF_XDP and attaches two
 // devices to it, all closed at the test's end.
 func daemonClients(t testing.TB) (x, y *roce.Device, d *Daemon) {
-	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
+	_, x, y, d = daemonClientsIn(t)
+	return x, y, d
+}
+
+// daemonClientsIn is daemonClients, also returning the lab (its veth's
+// counters show what reached the wire).
+func daemonClientsIn(t testing.TB) (topo *netlab.Topo, x, y *roce.Device, d *Daemon) {
+	topo = netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	if err := topo.A.NS.Do(func() error {
 		var err error
@@ -228,7 +187,29 @@ func daemonClients(t testing.TB) (x, y *roce.Device, d *Daemon) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return x, y, d
+	return topo, x, y, d
+}
+
+// pipeDevices is two devices over link/pipe (MTU 9000), the reference the
+// placement tests compare completions with.
+func pipeDevices(t testing.TB) (pa, pb *roce.Device) {
+	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := []netip.Addr{netip.MustParseAddr("198.51.100.1")}
+	for _, x := range []struct {
+		l  *pipe.Link
+		to **roce.Device
+	}{{la, &pa}, {lb, &pb}} {
+		d, err := roce.NewDevice(x.l, &roce.Options{Addrs: addrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		*x.to = d
+	}
+	return pa, pb
 }
 
 // TestPrivilegedPlacementFallback: placement applies only where both
@@ -240,21 +221,7 @@ func daemonClients(t testing.TB) (x, y *roce.Device, d *Daemon) {
 func TestPrivilegedPlacementFallback(t *testing.T) {
 	netlab.Privileged(t)
 	const size, chunk = 4 << 20, 64 << 10
-	la, lb, err := pipe.New(pipe.Config{MTU: 9000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrs := []netip.Addr{netip.MustParseAddr("198.51.100.1")}
-	pa, err := roce.NewDevice(la, &roce.Options{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pa.Close()
-	pb, err := roce.NewDevice(lb, &roce.Options{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pb.Close()
+	pa, pb := pipeDevices(t)
 	want := script(t, pa, pb, size, chunk)
 	x, y, d := daemonClients(t)
 	if got := scriptMR(t, x, y, size, chunk, true, false); !slices.Equal(got, want) {
