@@ -358,11 +358,19 @@ func (j *job) waitOutput(timeout time.Duration, pred func(string) bool) (string,
 func (g *guest) guestListening(t *testing.T, server *job, port int, timeout time.Duration) {
 	t.Helper()
 	probe := g.start(t, fmt.Sprintf("for i in $(seq %d); do ss -Hltn 'sport = :%d' | grep -q . && exit 0; read -r -t 0.1 < /run/nap; done; exit 1", int(timeout/(100*time.Millisecond)), port))
+	g.awaitProbe(t, server, probe, fmt.Sprintf("nothing listens on TCP %d after %v", port, timeout))
+}
+
+// awaitProbe waits for probe, a guest job that exits 0 once server is ready; it fails t with
+// what (and the probe's and the server's output) when the probe gives up, and at once when
+// the server exits first or the guest dies.
+func (g *guest) awaitProbe(t *testing.T, server, probe *job, what string) {
+	t.Helper()
 	for {
 		if probe.finished() {
-			_, rc, _ := probe.wait(time.Second)
+			out, rc, _ := probe.wait(time.Second)
 			if rc != 0 {
-				t.Fatalf("guest: nothing listens on TCP %d after %v; server output:\n%s", port, timeout, server.output())
+				t.Fatalf("guest: %s (probe: %s); server output:\n%s", what, strings.TrimSpace(out), server.output())
 			}
 			return
 		}

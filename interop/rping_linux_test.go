@@ -385,23 +385,7 @@ func waitHost(p *hostProc, timeout time.Duration, want string) error {
 func (g *guest) cmListening(t *testing.T, server *job, port int, timeout time.Duration) {
 	t.Helper()
 	probe := g.start(t, fmt.Sprintf("for i in $(seq %d); do rdma resource show cm_id | grep -q 'state LISTEN.*:%d ' && exit 0; read -r -t 0.2 < /run/nap; done; rdma resource show cm_id; exit 1", int(timeout/(200*time.Millisecond)), port))
-	for {
-		if probe.finished() {
-			out, rc, _ := probe.wait(time.Second)
-			if rc != 0 {
-				t.Fatalf("guest: no RDMA CM listener on port %d after %v (rdma resource show cm_id: %s); server output:\n%s", port, timeout, out, server.output())
-			}
-			return
-		}
-		if server.finished() {
-			out, rc, _ := server.wait(time.Second)
-			t.Fatalf("guest server exited (rc %d) before listening:\n%s", rc, out)
-		}
-		if !g.alive() {
-			t.Fatal("the guest died")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	g.awaitProbe(t, server, probe, fmt.Sprintf("no RDMA CM listener on port %d after %v", port, timeout))
 }
 
 // cmLosses are the rows with one CM message lost: xdproce's retries or the kernel's must
