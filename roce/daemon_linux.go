@@ -23,6 +23,7 @@ import (
 	"github.com/xdproce/xdproce/internal/daemon/proto"
 	"github.com/xdproce/xdproce/link"
 	"github.com/xdproce/xdproce/link/shm"
+	"github.com/xdproce/xdproce/roce/mr"
 )
 
 // daemonDialTimeout bounds the handshake with a daemon.
@@ -182,7 +183,7 @@ func attachDaemon(path string, o *Options) (link.Link, *ifaceInfo, error) {
 		o.MaxQPs = n
 	}
 	dl := &daemonLink{Link: port, props: props, conn: conn}
-	o.shared = &sharedRegions{share: dl.share}
+	o.shared = &sharedRegions{share: dl.share, placeKey: dl.placeKey, revoke: dl.revokeQP}
 	return dl, info, nil
 }
 
@@ -219,6 +220,19 @@ func (l *daemonLink) share(size int) ([]byte, uint32, func() error, error) {
 		return errors.Join(err, unix.Munmap(mem))
 	}
 	return mem[:size:size], id, release, nil
+}
+
+// placeKey registers rkey of shared region id with the daemon
+// (proto.OpPlaceKey): n bytes from the region's start, addressed from va.
+func (l *daemonLink) placeKey(id, rkey, pd uint32, access mr.Access, va, n uint64) error {
+	return l.call(&proto.Request{Op: proto.OpPlaceKey, Region: id, RKey: rkey, PD: pd, Access: uint32(access),
+		VA: va, Len: n})
+}
+
+// revokeQP withdraws the placement grant of queue pair qpn
+// (proto.OpRevokeQP); a closed connection has none left.
+func (l *daemonLink) revokeQP(qpn uint32) error {
+	return l.release(&proto.Request{Op: proto.OpRevokeQP, QPN: qpn})
 }
 
 // openDaemon is Open's daemon path: it attaches to the daemon at path and

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/place"
 	"github.com/xdproce/xdproce/roce/qp"
 )
@@ -41,6 +42,13 @@ type sharedRegions struct {
 	allocFallbacks atomic.Uint64
 	share          func(size int) (buf []byte, id uint32, release func() error, err error)
 	sync           func() // waits for an engine round (before memory is unmapped)
+	// placeKey registers an rkey with the daemon (region, rkey, PD
+	// number, access, address, length); revoke withdraws a queue pair's
+	// grant (place_grant.go). Nil: not offered.
+	placeKey func(region, rkey, pd uint32, access mr.Access, va, n uint64) error
+	revoke   func(qpn uint32) error
+	keyFails atomic.Uint64
+	pds      pdNumbers // guarded by mu
 }
 
 type sharedRegion struct {
@@ -124,6 +132,7 @@ func (p *PD) AllocMR(size int, access Access) (*MR, error) {
 			if err != nil {
 				return nil, errors.Join(fmt.Errorf("roce: alloc mr: %w", err), rel())
 			}
+			s.registerKey(id, m) // place_grant.go
 			return m, nil
 		}
 		s.allocFallbacks.Add(1)
@@ -150,6 +159,7 @@ func (d *Device) PlaceStats() PlaceStats {
 		st.Answers += c.Answers
 		st.Fallbacks += c.Fallbacks
 		st.Dropped += c.Dropped
+		st.Granted += c.Granted
 	}
 	d.mu.Unlock()
 	return st
@@ -194,6 +204,8 @@ func (e *engine) placeInput(frame []byte, now int64) {
 		q.q.PlaceAck(m, now, &e.tx)
 	case place.KindDone:
 		q.q.PlaceDone(m)
+	case place.KindNote:
+		q.q.PlaceNote(m, now, &e.tx)
 	default:
 		e.dropMalformed++
 		return

@@ -172,7 +172,10 @@ func (q *QP) modify(attr *Attr, mask AttrMask) error {
 	if mask&qp.AttrAV != 0 && q.typ == RC && q.d.shared != nil {
 		q.q.SetPlacer(q.d.placerFor(attr.AV.DstIP)) // place.go
 	}
-	return q.q.Modify(attr, mask)
+	if err := q.q.Modify(attr, mask); err != nil {
+		return err
+	}
+	return q.revokeGrant() // place_grant.go
 }
 
 // PostSend posts a send work request (the QP copies it).
@@ -205,6 +208,9 @@ func (q *QP) Destroy() error {
 	}
 	err := q.q.Modify(&qp.Attr{State: qp.Error}, qp.AttrState)
 	q.d.sync() // let the engine flush the outstanding work requests
+	if rerr := q.revokeGrant(); err == nil {
+		err = rerr // place_grant.go
+	}
 	q.d.removeQP(q.e)
 	if derr := q.q.Destroy(); err == nil {
 		err = derr

@@ -54,6 +54,8 @@ type client struct {
 	mem           regions    // its shared memory regions (guarded by Daemon.memMu)
 	gone          bool       // released: no more regions (guarded by Daemon.memMu)
 	pm            place.Msg  // the placement message being handled (client goroutine)
+	grMu          sync.Mutex // guards grants; held by a copy on a grant
+	grants        map[uint32]*grant
 }
 
 // accept takes clients until the listener closes.
@@ -253,7 +255,8 @@ func (c *client) serve() {
 // close.
 func (d *Daemon) release(c *client) {
 	c.end()
-	c.port.Close() // serve has returned (or never ran): nothing reads its frames
+	c.port.Close()   // serve has returned (or never ran): nothing reads its frames
+	d.revokePeers(c) // before its QPN block can go to another client
 	d.mu.Lock()
 	if d.clients[c.id] == c {
 		delete(d.clients, c.id)
@@ -279,6 +282,11 @@ func (d *Daemon) release(c *client) {
 // The port's SendCopy keeps the port mapped while it writes: the client may
 // detach (release closes the port) at any moment.
 func (c *client) deliver(frame, hdr []byte) {
+	c.deliverQueued(frame, hdr)
+}
+
+// deliverQueued is deliver reporting whether the frame was queued.
+func (c *client) deliverQueued(frame, hdr []byte) bool {
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
 	queued, err := c.port.SendCopy(frame, hdr)
@@ -288,4 +296,5 @@ func (c *client) deliver(frame, hdr []byte) {
 	case err == nil:
 		c.overflow.Add(1) // no free buffer, a frame too long, or the ring full
 	}
+	return queued
 }

@@ -96,6 +96,7 @@ type Stats struct {
 	PlaceAnswered  uint64 // requests answered without a copy (duplicates, NAKs)
 	PlaceBad       uint64 // placement messages refused (malformed, foreign segments or QPNs, stale answers)
 	PlaceFailed    uint64 // copies refused after the answer (a region went)
+	PlaceGranted   uint64 // of Placed, those the daemon checked and placed on the first hop (grant_linux.go)
 	Clients        []ClientStats
 }
 

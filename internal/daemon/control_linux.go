@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdproce/xdproce/internal/daemon/proto"
+	"github.com/xdproce/xdproce/roce/mr"
 )
 
 // maxRequest bounds one request from a client; a longer one is cut and
@@ -40,6 +41,10 @@ func (d *Daemon) control(c *client, msg []byte, fds []int) *proto.Reply {
 	switch r.Op {
 	case proto.OpDeregMem:
 		err = d.dropRegion(c, r.Region)
+	case proto.OpPlaceKey:
+		err = d.addKey(c, r.Region, r.RKey, r.PD, mr.Access(r.Access), r.VA, r.Off, r.Len)
+	case proto.OpRevokeQP:
+		err = d.revoke(c, r.QPN)
 	case proto.OpListen:
 		err = d.listen(c, r.ServiceID)
 	case proto.OpUnlisten:

@@ -49,13 +49,17 @@ func newScriptSide(t *testing.T, d *roce.Device, size int) *scriptSide {
 // newScriptSideMR is newScriptSide with the buffer from PD.AllocMR when
 // alloc is set (daemon-shared memory on a daemon client).
 func newScriptSideMR(t testing.TB, d *roce.Device, size int, alloc bool) *scriptSide {
+	return newScriptSideAccess(t, d, size, alloc, roce.LocalWrite|roce.RemoteWrite|roce.RemoteRead)
+}
+
+// newScriptSideAccess is newScriptSideMR with the region's access flags.
+func newScriptSideAccess(t testing.TB, d *roce.Device, size int, alloc bool, access roce.Access) *scriptSide {
 	s := &scriptSide{dev: d}
 	pd := d.AllocPD()
 	var err error
 	if s.cq, err = d.CreateCQ(4096); err != nil {
 		t.Fatal(err)
 	}
-	const access = roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead
 	if alloc {
 		s.mr, err = pd.AllocMR(size, access)
 	} else {

@@ -25,6 +25,7 @@ type regions struct {
 	m     map[uint32][]byte
 	next  uint32
 	bytes int64
+	keys  map[uint32]rkeyEntry // registered rkeys (grant_linux.go)
 }
 
 // addRegion maps the memfd fd (which it closes) for c and returns the
@@ -86,6 +87,7 @@ func (d *Daemon) dropRegion(c *client, id uint32) error {
 		return fmt.Errorf("no region %d", id)
 	}
 	delete(c.mem.m, id)
+	c.dropKeys(id)
 	c.mem.bytes -= int64(len(mem))
 	return unix.Munmap(mem)
 }
@@ -99,6 +101,7 @@ func (d *Daemon) dropRegions(c *client) {
 		unix.Munmap(mem)
 		delete(c.mem.m, id)
 	}
+	clear(c.mem.keys)
 	c.mem.bytes = 0
 }
 

@@ -11,21 +11,26 @@ import (
 
 // BenchmarkPrivilegedPlacementWrite64K: 64 KiB RDMA WRITEs between two
 // clients of a daemon by direct placement (regions from PD.AllocMR, up to
-// 64 in flight: the default send window), alternated in rounds of 128 with the same WRITEs between
-// ordinary memory (frames switched by the daemon) and with a plain copy
-// between the placed WRITEs' two buffers, in the same run. It reports the
-// rates and the ratios (issue 17's target: placed/memcpy >= 0.5); nothing
-// is asserted.
+// 64 in flight: the default send window), alternated in rounds of 128 with
+// the same WRITEs placed the old way (the responder's region registered
+// with RemoteInvalidate, so the daemon holds no rkey for it and asks the
+// responder about every message: four port hops, not two), with the same
+// WRITEs between ordinary memory (frames switched by the daemon) and with
+// a plain copy between the placed WRITEs' two buffers, in the same run. It
+// reports the rates and the ratios (issue 17's target: placed/memcpy >=
+// 0.5); nothing is asserted.
 // Run it alone: flock /tmp/xdproce-bench.lock go test -run '^$' -bench
 // PrivilegedPlacementWrite64K ./internal/daemon
 func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 	netlab.Privileged(b)
 	const size, round, depth = 64 << 10, 128, 64
-	x, y, _ := daemonClients(b)
+	const access = roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead
+	x, y, d := daemonClients(b)
 	// pair connects two queue pairs over size-byte buffers (from AllocMR
-	// when alloc) and returns their WRITE and the requester's side.
-	pair := func(alloc bool) (roce.SendWR, *scriptSide, *scriptSide) {
-		sa, sb := newScriptSideMR(b, x, size, alloc), newScriptSideMR(b, y, size, alloc)
+	// when alloc, the responder's with raccess) and returns their WRITE
+	// and the requester's side.
+	pair := func(alloc bool, raccess roce.Access) (roce.SendWR, *scriptSide, *scriptSide) {
+		sa, sb := newScriptSideAccess(b, x, size, alloc, access), newScriptSideAccess(b, y, size, alloc, raccess)
 		if err := sa.qp.Connect(1, endpoint(b, y, sb.qp, 2), nil); err != nil {
 			b.Fatal(err)
 		}
@@ -36,8 +41,9 @@ func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 			SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: size, LKey: sa.mr.LKey()}},
 			RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}, sa, sb
 	}
-	pwr, pa, pb := pair(true)
-	swr, sa, _ := pair(false)
+	pwr, pa, pb := pair(true, access)
+	iwr, ia, _ := pair(true, access|roce.RemoteInvalidate)
+	swr, sa, _ := pair(false, access)
 	wcs := make([]roce.WC, depth)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -64,8 +70,10 @@ func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 		}
 	}
 	write(pa, pwr, round) // warm up: the windows open
+	write(ia, iwr, round)
 	write(sa, swr, round)
-	var tPlace, tSwitch, tCopy time.Duration
+	g0 := d.Stats().PlaceGranted
+	var tPlace, tInd, tSwitch, tCopy time.Duration
 	b.SetBytes(size)
 	b.ResetTimer()
 	for left := b.N; left > 0; left -= round {
@@ -73,25 +81,33 @@ func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 		t0 := time.Now()
 		write(pa, pwr, n)
 		t1 := time.Now()
-		write(sa, swr, n)
+		write(ia, iwr, n)
 		t2 := time.Now()
+		write(sa, swr, n)
+		t3 := time.Now()
 		for range n {
 			copy(pb.buf, pa.buf)
 		}
 		tPlace += t1.Sub(t0)
-		tSwitch += t2.Sub(t1)
-		tCopy += time.Since(t2)
+		tInd += t2.Sub(t1)
+		tSwitch += t3.Sub(t2)
+		tCopy += time.Since(t3)
 	}
 	b.StopTimer()
 	mb := float64(b.N) * size / 1e6
-	if tPlace > 0 && tCopy > 0 && tSwitch > 0 {
+	if tPlace > 0 && tCopy > 0 && tSwitch > 0 && tInd > 0 {
 		b.ReportMetric(mb/tPlace.Seconds(), "placed-MB/s")
+		b.ReportMetric(mb/tInd.Seconds(), "4hop-MB/s")
 		b.ReportMetric(mb/tSwitch.Seconds(), "switched-MB/s")
 		b.ReportMetric(mb/tCopy.Seconds(), "memcpy-MB/s")
 		b.ReportMetric(tCopy.Seconds()/tPlace.Seconds(), "placed/memcpy")
+		b.ReportMetric(tInd.Seconds()/tPlace.Seconds(), "placed/4hop")
 		b.ReportMetric(tSwitch.Seconds()/tPlace.Seconds(), "placed/switched")
 	}
-	if st := x.PlaceStats(); st.Requests < uint64(b.N) || st.Fallbacks != 0 {
-		b.Fatalf("placement stats %+v after %d writes", st, b.N)
+	if st := x.PlaceStats(); st.Requests < uint64(2*b.N) || st.Fallbacks != 0 {
+		b.Fatalf("placement stats %+v after %d writes each way", st, b.N)
+	}
+	if g := d.Stats().PlaceGranted - g0; g == 0 || g > uint64(b.N) {
+		b.Fatalf("%d of %d placed WRITEs on the first hop", g, b.N)
 	}
 }

@@ -52,7 +52,7 @@ type placeTable struct {
 
 // placeCounters count direct placement daemon-wide.
 type placeCounters struct {
-	placed, placedBytes, fallbacks, answered, bad, failed uint64
+	placed, placedBytes, fallbacks, answered, bad, failed, granted uint64
 }
 
 // fromClientPlace handles a placement message from c.
@@ -67,6 +67,10 @@ func (d *Daemon) fromClientPlace(c *client, frame []byte) {
 		d.placeRequest(c, m)
 	case place.KindAns:
 		d.placeAnswer(c, m)
+	case place.KindRevoke:
+		if d.revoke(c, m.DstQPN) != nil {
+			d.placeBad(c)
+		}
 	default:
 		d.placeBad(c)
 	}
@@ -109,6 +113,9 @@ func (d *Daemon) placeRequest(c *client, m *place.Msg) {
 		d.plMu.Unlock()
 		return
 	}
+	if (m.Op == place.OpWrite || m.Op == place.OpRead) && d.placeGranted(c, to, m) {
+		return // grant_linux.go
+	}
 	t := &d.pt
 	t.mu.Lock()
 	if t.p == nil {
@@ -121,6 +128,7 @@ func (d *Daemon) placeRequest(c *client, m *place.Msg) {
 		op: m.Op, length: m.Len, nsegs: m.NSegs}
 	copy(e.segs[:], m.Segs())
 	t.mu.Unlock()
+	to.indicated(m.DstQPN, tag)
 	ind := *m
 	ind.Kind, ind.Tag, ind.NSegs = place.KindInd, tag, 0
 	var buf [place.HeaderLen]byte
@@ -166,6 +174,9 @@ func (d *Daemon) placeAnswer(c *client, m *place.Msg) {
 		return
 	}
 	ok := place.Total(m.Segs()) == uint64(e.length) && d.placeCopy(e.from, c, e.segs[:e.nsegs], m.Segs(), e.op.Reads())
+	if ok && m.Flags&place.FlagGrant != 0 && (wire.AETH{Syndrome: m.Syndrome}).Type() == wire.SyndromeACK {
+		d.granted(c, m, &e)
+	}
 	d.plMu.Lock()
 	if ok {
 		d.pl.placed++
@@ -205,6 +216,13 @@ func (d *Daemon) placeCopy(a, b *client, rs, ws []place.Seg, read bool) bool {
 			return false
 		}
 	}
+	d.copySegs(a, b, rs, ws, read)
+	return true
+}
+
+// copySegs copies between rs (in a's regions) and ws (in b's), all checked
+// to lie in them, with memMu held (read).
+func (d *Daemon) copySegs(a, b *client, rs, ws []place.Seg, read bool) {
 	var i, j int
 	var ri, wj uint64 // bytes done of rs[i], ws[j]
 	for i < len(rs) && j < len(ws) {
@@ -225,7 +243,6 @@ func (d *Daemon) placeCopy(a, b *client, rs, ws []place.Seg, read bool) bool {
 			j, wj = j+1, 0
 		}
 	}
-	return true
 }
 
 // placeAck sends m to the requester c.

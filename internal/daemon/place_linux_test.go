@@ -17,7 +17,9 @@ import (
 // PD.AllocMR byte-exact by direct placement: every work request is one
 // placement request, no responder fell back, every frame on the ports was
 // a placement message (the daemon switched no RoCE frame and sent none to
-// the wire), the veth's counters stayed still, and
+// the wire), the daemon placed WRITEs and READs on the responder's grant
+// on the first hop (each taken by the responder's engine as a Note, the
+// rest answered by the responder), the veth's counters stayed still, and
 // the work completions (ID, opcode, status, length) equal those of the
 // same script over link/pipe (where AllocMR gives ordinary memory).
 func TestPrivilegedPlacement(t *testing.T) {
@@ -50,13 +52,18 @@ func TestPrivilegedPlacement(t *testing.T) {
 	t.Logf("b: %+v", sy)
 	// Resends (a local ACK timeout under load) are answered without a
 	// copy, but a repeated READ is placed again: at least one copy each.
-	if sx.Requests < wrs || sx.Fallbacks != 0 || sy.Answers != sx.Requests || sx.Regions != 1 || sx.SharedBytes != 2*size {
-		t.Errorf("placement: requester %+v, responder %+v; want at least %d requests, all answered", sx, sy, wrs)
+	if sx.Requests < wrs || sx.Fallbacks != 0 || sy.Answers+sy.Granted != sx.Requests || sx.Regions != 1 ||
+		sx.SharedBytes != 2*size || sy.Dropped != 0 {
+		t.Errorf("placement: requester %+v, responder %+v; want at least %d requests, all answered or granted", sx, sy, wrs)
 	}
 	st := d.Stats()
 	t.Logf("daemon: placed %d (%d bytes), answered %d, fallbacks %d, bad %d, failed %d; switched %d, wire tx %d",
 		st.Placed, st.PlacedBytes, st.PlaceAnswered, st.PlaceFallbacks, st.PlaceBad, st.PlaceFailed, st.Switched, st.WireTx)
-	if st.Switched != 0 || st.WireTx != 0 || st.Placed < wrs || st.Placed+st.PlaceAnswered != sy.Answers ||
+	if st.PlaceGranted == 0 || st.PlaceGranted != sy.Granted {
+		t.Errorf("daemon placed %d messages on a grant, the responder took %d Notes; want the same, not 0",
+			st.PlaceGranted, sy.Granted)
+	}
+	if st.Switched != 0 || st.WireTx != 0 || st.Placed < wrs || st.Placed+st.PlaceAnswered != sy.Answers+sy.Granted ||
 		st.PlacedBytes < 3*size || st.PlaceFallbacks+st.PlaceBad+st.PlaceFailed != 0 {
 		t.Errorf("daemon stats %+v: want %d placed, nothing switched", st, wrs)
 	}
@@ -69,7 +76,7 @@ func TestPrivilegedPlacement(t *testing.T) {
 			t.Errorf("client %+v", c)
 		}
 	}
-	if from != sx.Requests+sy.Answers {
+	if from != sx.Requests+sy.Answers { // a grant's Note needs no answer
 		t.Errorf("%d frames from the clients, %d placement requests and answers", from, sx.Requests+sy.Answers)
 	}
 }

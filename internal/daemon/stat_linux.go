@@ -38,6 +38,7 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		{Name: "place_answered", Value: st.PlaceAnswered},
 		{Name: "place_bad", Value: st.PlaceBad},
 		{Name: "place_failed", Value: st.PlaceFailed},
+		{Name: "place_granted", Value: st.PlaceGranted},
 		{Name: "open_fds", Value: openFDs()},
 		{Name: "goroutines", Value: uint64(runtime.NumGoroutine())},
 		{Name: "rss_bytes", Value: rss()},

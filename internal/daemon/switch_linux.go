@@ -37,6 +37,7 @@ func (d *Daemon) Stats() Stats {
 	d.plMu.Lock()
 	st.Placed, st.PlacedBytes, st.PlaceFallbacks = d.pl.placed, d.pl.placedBytes, d.pl.fallbacks
 	st.PlaceAnswered, st.PlaceBad, st.PlaceFailed = d.pl.answered, d.pl.bad, d.pl.failed
+	st.PlaceGranted = d.pl.granted
 	d.plMu.Unlock()
 	d.mu.Lock()
 	d.svc.mu.Lock()

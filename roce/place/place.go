@@ -15,6 +15,16 @@
 //	kind Ans  responder engine -> daemon: its verdict; with Verdict Place, its segments
 //	kind Ack  daemon -> requester engine: the responder's ACK/NAK, or Fallback
 //	kind Done daemon -> responder engine: the data has landed (or Failed)
+//	kind Note daemon -> responder engine: the daemon placed a WRITE/READ itself (its grant); advance the PSN
+//	kind Revoke responder engine -> daemon: forget the grant of DstQPN
+//
+// The daemon places a WRITE or READ on the first hop, without asking the
+// responder (an Ind), when the responder granted it: an Ans with FlagGrant
+// says the queue pair is ready to send, its peer is SrcQPN, it expects PSN+1
+// next (MSN its message sequence number), its protection domain is RKey and
+// its access flags Imm; the daemon then checks the request against the rkeys
+// the client registered with its regions and answers the requester itself,
+// telling the responder only to advance its expected PSN (Note).
 //
 // Decode copies every field out of the frame once and checks the lengths;
 // it never trusts the frame's bytes beyond that.
@@ -51,6 +61,8 @@ const (
 	KindAns
 	KindAck
 	KindDone
+	KindNote
+	KindRevoke
 )
 
 // Op is the operation a message places.
@@ -84,6 +96,7 @@ const (
 const (
 	FlagSolicited uint8 = 1 << 0 // the requester asked for a solicited event
 	FlagDone      uint8 = 1 << 1 // Ans: the responder wants a Done
+	FlagGrant     uint8 = 1 << 2 // Ans: the daemon may place WRITEs and READs of this queue pair itself
 )
 
 // Seg is a run of bytes of one shared region.
@@ -176,7 +189,7 @@ func Decode(frame []byte, m *Msg) error {
 	le := binary.LittleEndian
 	x := frame[ethLen:]
 	m.Kind, m.Op, m.Flags, m.Syndrome = Kind(x[0]), Op(x[1]), x[2], x[3]
-	if m.Kind < KindReq || m.Kind > KindDone {
+	if m.Kind < KindReq || m.Kind > KindRevoke {
 		return ErrKind
 	}
 	n := int(le.Uint16(x[4:]))

@@ -30,6 +30,8 @@ type Placer interface {
 	// Region returns the daemon-shared region holding all of b and b's
 	// offset in it; ok is false when b is ordinary memory.
 	Region(b []byte) (id uint32, off uint64, ok bool)
+	// PDNumber is the number the daemon knows pd by (its rkeys name it).
+	PDNumber(pd *mr.PD) uint32
 }
 
 // PlaceStats counts a queue pair's direct placements.
@@ -38,6 +40,7 @@ type PlaceStats struct {
 	Answers   uint64 // placement indications answered as responder
 	Fallbacks uint64 // responders that refused: the queue pair went back to frames
 	Dropped   uint64 // placement messages dropped (state, sequence, no buffer)
+	Granted   uint64 // messages the daemon placed on this responder's grant (place_grant.go)
 }
 
 type placeState struct {
@@ -49,7 +52,8 @@ type placeState struct {
 	recv       []WC
 	rHead, rN  int
 	st         PlaceStats
-	statsShare [4]atomic.Uint64 // st published for PlaceStats
+	statsShare [5]atomic.Uint64 // st published for PlaceStats
+	granted    atomic.Bool      // an answer granted the daemon this queue pair (TakeGranted)
 }
 
 // placeScratch is a placing queue pair's placer and the engine's scratch
@@ -57,6 +61,7 @@ type placeState struct {
 // carries none of it).
 type placeScratch struct {
 	pl  Placer
+	pd  uint32 // pl.PDNumber(q.pd)
 	msg place.Msg
 	pkt wire.Packet
 }
@@ -76,13 +81,14 @@ func (q *QP) SetPlacer(p Placer) {
 		q.plc.placer.Store(nil)
 		return
 	}
-	q.plc.placer.Store(&placeScratch{pl: p})
+	q.plc.placer.Store(&placeScratch{pl: p, pd: p.PDNumber(q.pd)})
 }
 
 // PlaceStats returns the queue pair's placement counters.
 func (q *QP) PlaceStats() PlaceStats {
 	s := &q.plc.statsShare
-	return PlaceStats{Requests: s[0].Load(), Answers: s[1].Load(), Fallbacks: s[2].Load(), Dropped: s[3].Load()}
+	return PlaceStats{Requests: s[0].Load(), Answers: s[1].Load(), Fallbacks: s[2].Load(), Dropped: s[3].Load(),
+		Granted: s[4].Load()}
 }
 
 func (q *QP) placeCount(i int, c *uint64) {

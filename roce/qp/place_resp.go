@@ -37,7 +37,7 @@ func (q *QP) PlaceInd(m *place.Msg, now int64, out Output) {
 	}
 	a := &x.msg
 	*a = place.Msg{Kind: place.KindAns, Op: m.Op, Tag: m.Tag, SrcQPN: m.SrcQPN, DstQPN: q.qpn}
-	send, fail := q.placeCheck(x.pl, m, a)
+	send, fail := q.placeCheck(x, m, a)
 	if !send {
 		q.placeCount(3, &p.st.Dropped)
 		return
@@ -53,8 +53,8 @@ func (q *QP) PlaceInd(m *place.Msg, now int64, out Output) {
 
 // placeCheck fills the answer a to m. send false: answer nothing (drop);
 // fail: the queue pair goes to Error after the answer (class C).
-func (q *QP) placeCheck(pl Placer, m *place.Msg, a *place.Msg) (send, fail bool) {
-	r := &q.resp
+func (q *QP) placeCheck(x *placeScratch, m *place.Msg, a *place.Msg) (send, fail bool) {
+	r, pl := &q.resp, x.pl
 	answer := func(syndrome uint8, psn uint32) {
 		a.Status, a.Syndrome, a.PSN, a.MSN = place.Answer, syndrome, psn, r.msn
 	}
@@ -169,6 +169,7 @@ func (q *QP) placeCheck(pl Placer, m *place.Msg, a *place.Msg) (send, fail bool)
 		a.Flags |= place.FlagDone
 	}
 	a.Status, a.Syndrome, a.PSN, a.MSN = place.Place, wire.ACKSyndrome(wire.UnlimitedCredits), last, r.msn
+	q.grantAnswer(x, a) // place_grant.go
 	return true, false
 }
 

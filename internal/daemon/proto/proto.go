@@ -69,6 +69,13 @@ const (
 	// names the region (Reply.Region).
 	OpRegMem   = "regmem"
 	OpDeregMem = "deregmem" // forget Region: the daemon unmaps it before it answers
+	// OpPlaceKey registers RKey of Region (PD, Access; Len bytes of the
+	// region from Off, addressed from VA), so the daemon can place WRITEs
+	// and READs on it on the first hop; deregmem forgets it.
+	OpPlaceKey = "placekey"
+	// OpRevokeQP forgets the placement grant of QPN: when it is answered
+	// the daemon places nothing more for that queue pair on its own.
+	OpRevokeQP = "revokeqp"
 )
 
 // Request is a client's request after the handshake.
@@ -77,6 +84,13 @@ type Request struct {
 	ServiceID uint64 `json:"service_id,omitempty"`
 	Group     string `json:"group,omitempty"`
 	Region    uint32 `json:"region,omitempty"`
+	RKey      uint32 `json:"rkey,omitempty"`
+	PD        uint32 `json:"pd,omitempty"`
+	Access    uint32 `json:"access,omitempty"`
+	VA        uint64 `json:"va,omitempty"`
+	Off       uint64 `json:"off,omitempty"`
+	Len       uint64 `json:"len,omitempty"`
+	QPN       uint32 `json:"qpn,omitempty"`
 }
 
 // Reply answers a Request: Error is empty when it was done.
