@@ -184,15 +184,18 @@ func (d *Daemon) placeGranted(c, to *client, m *place.Msg) bool {
 		}
 		ws[0] = place.Seg{Region: k.region, Off: k.off + (m.VA - k.va), Len: m.Len}
 	}
+	nsegs := 0
+	if m.Len > 0 {
+		nsegs = 1
+	}
+	if !inRegions(c, to, m.Segs(), ws[:nsegs]) {
+		return false // a region went since the request was checked: the responder decides
+	}
 	note := place.Msg{Kind: place.KindNote, Op: m.Op, SrcQPN: m.SrcQPN, DstQPN: m.DstQPN, PSN: m.PSN,
 		NPkts: m.NPkts, Len: m.Len}
 	var buf [place.HeaderLen]byte
 	if !to.deliverQueued(buf[:place.Encode(buf[:], &note)], nil) {
 		return true // the responder's port is full: dropped, the requester resends
-	}
-	nsegs := 0
-	if m.Len > 0 {
-		nsegs = 1
 	}
 	d.copySegs(c, to, m.Segs(), ws[:nsegs], m.Op.Reads())
 	g.epsn = wire.PSNAdd(m.PSN, m.NPkts)

@@ -206,6 +206,16 @@ func (d *Daemon) placeAnswer(c *client, m *place.Msg) {
 func (d *Daemon) placeCopy(a, b *client, rs, ws []place.Seg, read bool) bool {
 	d.memMu.RLock()
 	defer d.memMu.RUnlock()
+	if !inRegions(a, b, rs, ws) {
+		return false
+	}
+	d.copySegs(a, b, rs, ws, read)
+	return true
+}
+
+// inRegions reports whether every segment of rs lies in a's regions and
+// every one of ws in b's, with memMu held (read).
+func inRegions(a, b *client, rs, ws []place.Seg) bool {
 	for _, s := range rs {
 		if a.slice(s.Region, s.Off, s.Len) == nil {
 			return false
@@ -216,7 +226,6 @@ func (d *Daemon) placeCopy(a, b *client, rs, ws []place.Seg, read bool) bool {
 			return false
 		}
 	}
-	d.copySegs(a, b, rs, ws, read)
 	return true
 }
 
@@ -228,6 +237,9 @@ func (d *Daemon) copySegs(a, b *client, rs, ws []place.Seg, read bool) {
 	for i < len(rs) && j < len(ws) {
 		x := a.slice(rs[i].Region, rs[i].Off+ri, rs[i].Len-uint32(ri))
 		y := b.slice(ws[j].Region, ws[j].Off+wj, ws[j].Len-uint32(wj))
+		if x == nil || y == nil {
+			return // not checked: never loop on it
+		}
 		var n int
 		if read {
 			n = copy(x, y)
