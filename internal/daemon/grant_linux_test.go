@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/roce"
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/place"
 	"github.com/xdproce/xdproce/roce/wire"
@@ -279,4 +281,91 @@ func FuzzPlaceKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// grantKnown reports whether the daemon holds a grant for qpn.
+func grantKnown(d *Daemon, qpn uint32) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.clients {
+		c.grMu.Lock()
+		g := c.grants[qpn]
+		known := g != nil && g.known
+		c.grMu.Unlock()
+		if known {
+			return true
+		}
+	}
+	return false
+}
+
+// keysOf counts the rkeys the daemon holds for the client owning qpn.
+func keysOf(d *Daemon, qpn uint32) int {
+	c := d.owner(qpn)
+	d.memMu.RLock()
+	defer d.memMu.RUnlock()
+	return len(c.mem.keys)
+}
+
+// TestPrivilegedPlacementRevoke: between two daemon clients, AllocMR
+// registers the region's rkey and a WRITE grants the responder's queue
+// pair (the next WRITE is placed on the first hop, byte-exact); a Modify
+// that leaves RTS has revoked the grant when it returns, and so has
+// Destroy, and Deregister has dropped the rkey when it returns.
+func TestPrivilegedPlacementRevoke(t *testing.T) {
+	netlab.Privileged(t)
+	const size = 64 << 10
+	x, y, d := daemonClients(t)
+	for _, how := range []string{"modify", "destroy"} {
+		sa, sb := newScriptSideMR(t, x, size, true), newScriptSideMR(t, y, size, true)
+		if err := sa.qp.Connect(1, endpoint(t, y, sb.qp, 2), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.qp.Connect(2, endpoint(t, x, sa.qp, 1), nil); err != nil {
+			t.Fatal(err)
+		}
+		if keysOf(d, sb.qp.QPN()) == 0 {
+			t.Fatal("AllocMR registered no rkey with the daemon")
+		}
+		g0 := d.Stats().PlaceGranted
+		for i := range 2 {
+			for j := range sa.buf {
+				sa.buf[j] = byte(i*31 + j)
+			}
+			if err := sa.qp.PostSend(roce.SendWR{ID: uint64(i), Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
+				SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: size, LKey: sa.mr.LKey()}},
+				RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := sa.wait(t, 1); wc[0].Status != roce.WCSuccess.String() {
+				t.Fatalf("WRITE %d: %+v", i, wc[0])
+			}
+			if !bytes.Equal(sb.buf, sa.buf) {
+				t.Fatalf("WRITE %d: not landed", i)
+			}
+		}
+		if g := d.Stats().PlaceGranted - g0; g != 1 || !grantKnown(d, sb.qp.QPN()) {
+			t.Fatalf("%d of the second WRITE placed on the first hop; grant held: %v", g, grantKnown(d, sb.qp.QPN()))
+		}
+		switch how {
+		case "modify":
+			if err := sb.qp.Modify(&roce.Attr{State: roce.StateError}, roce.AttrState); err != nil {
+				t.Fatal(err)
+			}
+		case "destroy":
+			if err := sb.qp.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if grantKnown(d, sb.qp.QPN()) {
+			t.Fatalf("%s returned with the grant held", how)
+		}
+		n := keysOf(d, sb.qp.QPN())
+		if err := sb.mr.Deregister(); err != nil {
+			t.Fatal(err)
+		}
+		if got := keysOf(d, sb.qp.QPN()); got != n-1 {
+			t.Fatalf("Deregister returned with %d rkeys held, %d before", got, n)
+		}
+	}
 }
