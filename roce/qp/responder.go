@@ -1,7 +1,6 @@
 package qp
 
 import (
-	"encoding/binary"
 
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/wire"
@@ -513,15 +512,7 @@ func (q *QP) respExecute(k *respPkt) respState {
 		if err != nil {
 			return respErrAccess
 		}
-		orig := binary.NativeEndian.Uint64(b) // host order, as ibverbs keeps it
-		v := orig + p.Atomic.SwapAdd
-		if k.info.Kind == wire.KindCompareSwap {
-			v = orig
-			if orig == p.Atomic.Compare {
-				v = p.Atomic.SwapAdd
-			}
-		}
-		binary.NativeEndian.PutUint64(b, v)
+		orig := atomicRMW(b, k.info.Kind == wire.KindCompareSwap, p.Atomic.Compare, p.Atomic.SwapAdd) // atomic_mem.go
 		r.msn = (r.msn + 1) & wire.PSNMask
 		i := r.newResource(min(int(q.e.attr.MaxDestRdAtomic), resSlots), resAtomic, p.BTH.PSN, p.BTH.PSN)
 		r.res[i].orig = orig
