@@ -1,7 +1,6 @@
 package qp
 
 import (
-
 	"github.com/xdproce/xdproce/roce/mr"
 	"github.com/xdproce/xdproce/roce/wire"
 )
