@@ -56,6 +56,7 @@ type client struct {
 	pm            place.Msg  // the placement message being handled (client goroutine)
 	grMu          sync.Mutex // guards grants; held by a copy on a grant
 	grants        map[uint32]*grant
+	kicks         []*client // clients to signal at the end of the batch (kick_linux.go; client goroutine)
 }
 
 // accept takes clients until the listener closes.
@@ -239,6 +240,7 @@ func (c *client) serve() {
 		for i := range n {
 			d.fromClient(c, rx[i])
 		}
+		c.kick()
 		if n == len(rx) {
 			continue
 		}

@@ -193,8 +193,7 @@ func (d *Daemon) placeGranted(c, to *client, m *place.Msg) bool {
 	}
 	note := place.Msg{Kind: place.KindNote, Op: m.Op, SrcQPN: m.SrcQPN, DstQPN: m.DstQPN, PSN: m.PSN,
 		NPkts: m.NPkts, Len: m.Len}
-	var buf [place.HeaderLen]byte
-	if !to.deliverQueued(buf[:place.Encode(buf[:], &note)], nil) {
+	if !c.placeSend(to, &note, true) {
 		return true // the responder's port is full: dropped, the requester resends
 	}
 	d.copySegs(c, to, m.Segs(), ws[:nsegs], m.Op.Reads())
@@ -207,6 +206,6 @@ func (d *Daemon) placeGranted(c, to *client, m *place.Msg) bool {
 	d.pl.placedBytes += uint64(m.Len)
 	d.pl.granted++
 	d.plMu.Unlock()
-	d.placeAck(c, &ack)
+	c.placeSend(c, &ack, false)
 	return true
 }

@@ -106,8 +106,8 @@ func (d *Daemon) placeRequest(c *client, m *place.Msg) {
 	to := d.owner(m.DstQPN)
 	if to == nil || m.DstQPN == qp1 || m.DstQPN == mcastQPN {
 		// Not a local client's: frames go where the wire path takes them.
-		d.placeAck(c, &place.Msg{Kind: place.KindAck, Status: place.Fallback, SrcQPN: m.SrcQPN,
-			DstQPN: m.DstQPN, PSN: m.PSN})
+		c.placeSend(c, &place.Msg{Kind: place.KindAck, Status: place.Fallback, SrcQPN: m.SrcQPN,
+			DstQPN: m.DstQPN, PSN: m.PSN}, false)
 		d.plMu.Lock()
 		d.pl.fallbacks++
 		d.plMu.Unlock()
@@ -131,8 +131,7 @@ func (d *Daemon) placeRequest(c *client, m *place.Msg) {
 	to.indicated(m.DstQPN, tag)
 	ind := *m
 	ind.Kind, ind.Tag, ind.NSegs = place.KindInd, tag, 0
-	var buf [place.HeaderLen]byte
-	to.deliver(buf[:place.Encode(buf[:], &ind)], nil)
+	c.placeSend(to, &ind, false)
 }
 
 // placeAnswer carries out a responder's answer.
@@ -159,14 +158,14 @@ func (d *Daemon) placeAnswer(c *client, m *place.Msg) {
 		d.plMu.Lock()
 		d.pl.answered++
 		d.plMu.Unlock()
-		d.placeAck(e.from, &ack)
+		c.placeSend(e.from, &ack, false)
 		return
 	case place.Fallback:
 		ack.Status, ack.PSN = place.Fallback, e.psn
 		d.plMu.Lock()
 		d.pl.fallbacks++
 		d.plMu.Unlock()
-		d.placeAck(e.from, &ack)
+		c.placeSend(e.from, &ack, false)
 		return
 	case place.Place:
 	default:
@@ -190,13 +189,12 @@ func (d *Daemon) placeAnswer(c *client, m *place.Msg) {
 		if !ok {
 			done.Status = place.Failed
 		}
-		var buf [place.HeaderLen]byte
-		c.deliver(buf[:place.Encode(buf[:], &done)], nil)
+		c.placeSend(c, &done, false)
 	}
 	if !ok {
 		ack.Syndrome, ack.PSN = wire.NAKRemoteOp, e.psn
 	}
-	d.placeAck(e.from, &ack)
+	c.placeSend(e.from, &ack, false)
 }
 
 // placeCopy copies between the requester's segments rs (in a's regions)
@@ -255,10 +253,4 @@ func (d *Daemon) copySegs(a, b *client, rs, ws []place.Seg, read bool) {
 			j, wj = j+1, 0
 		}
 	}
-}
-
-// placeAck sends m to the requester c.
-func (d *Daemon) placeAck(c *client, m *place.Msg) {
-	var buf [place.HeaderLen]byte
-	c.deliver(buf[:place.Encode(buf[:], m)], nil)
 }

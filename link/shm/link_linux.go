@@ -139,34 +139,41 @@ func (l *Link) Send(frames [][]byte) error {
 // goroutine cannot unmap the buffer while it is being written: the
 // xdproce daemon delivers to a client's port while the client may detach.
 func (l *Link) SendCopy(frame, hdr []byte) (bool, error) {
+	queued, _, err := l.sendCopy(frame, hdr, true)
+	return queued, err
+}
+
+// sendCopy is SendCopy, signalling the peer when wake; crowded reports a
+// ring more than half full.
+func (l *Link) sendCopy(frame, hdr []byte, wake bool) (queued, crowded bool, err error) {
 	l.life.RLock()
 	defer l.life.RUnlock()
 	if l.closing.Load() {
-		return false, link.ErrClosed
+		return false, false, link.ErrClosed
 	}
 	if l.peerGone.Load() {
-		return false, ErrPeerGone
+		return false, false, ErrPeerGone
 	}
 	var c counts
 	defer l.add(&c)
 	var fb [1][]byte
 	if l.tx.alloc(fb[:], &c) == 0 {
-		return false, nil
+		return false, true, nil
 	}
 	if len(frame) > len(fb[0]) {
 		l.tx.put(fb[:])
-		return false, nil
+		return false, false, nil
 	}
 	b := fb[0][:len(frame)]
 	copy(b, frame)
 	copy(b, hdr)
 	fb[0] = b
-	queued, err := l.tx.send(fb[:], &c)
-	if queued && l.tx.wantsWake() {
+	queued, err = l.tx.send(fb[:], &c)
+	if queued && wake && l.tx.wantsWake() {
 		unix.Write(l.txWake, one[:])
 		c.wakeups++
 	}
-	return queued, err
+	return queued, 2*(l.tx.prod-l.tx.cons) > l.tx.size, err
 }
 
 // Receive lends up to len(frames) frames from the ring from the peer; they
