@@ -54,7 +54,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"header cut", func() []byte { return b[:HeaderLen-1] }, ErrShort},
 		{"segment cut", func() []byte { return b[:n-1] }, ErrShort},
 		{"kind 0", func() []byte { c := append([]byte(nil), b[:n]...); c[14] = 0; return c }, ErrKind},
-		{"kind 6", func() []byte { c := append([]byte(nil), b[:n]...); c[14] = 6; return c }, ErrKind},
+		{"kind 8", func() []byte { c := append([]byte(nil), b[:n]...); c[14] = byte(KindRevoke) + 1; return c }, ErrKind},
 		{"65 segments", func() []byte { c := append([]byte(nil), b[:MaxLen]...); c[18] = MaxSegs + 1; return c }, ErrSegs},
 	} {
 		if err := Decode(tc.f(), &got); !errors.Is(err, tc.want) {
