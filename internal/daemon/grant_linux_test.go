@@ -233,7 +233,8 @@ func TestPlacementGrantFullPort(t *testing.T) {
 // FuzzPlaceKey: whatever rkeys a client registers (any region, range,
 // PD, access, address) and whatever grant its answer carries, a's
 // requests on them copy only into b's own region within the rkey's
-// range, never into c's, and nothing panics or loops.
+// range, never into c's (a zero-length one nowhere), and nothing panics or
+// loops.
 func FuzzPlaceKey(f *testing.F) {
 	f.Add(uint32(1), uint32(0x55), uint32(7), uint32(rw), uint64(grantVA), uint64(0), uint64(64<<10), uint64(grantVA), uint32(4096), uint8(1))
 	f.Add(uint32(1), uint32(0x55), uint32(7), uint32(rw), uint64(1<<64-4096), uint64(60<<10), uint64(4096), uint64(1<<64-100), uint32(100), uint8(5))
@@ -265,6 +266,12 @@ func FuzzPlaceKey(f *testing.F) {
 		placed := x.firstHop(t, m, 2)
 		x.cIntact(t)
 		if !placed {
+			return
+		}
+		if reqLen == 0 { // as on the wire, a zero-length WRITE or READ names no memory
+			if !bytes.Equal(bm, x.bm) || (m.Op != place.OpWrite && m.Op != place.OpRead) {
+				t.Fatalf("zero-length %+v changed b's memory or was not a WRITE/READ", m)
+			}
 			return
 		}
 		k := x.b.mem.keys[rkey]

@@ -53,7 +53,7 @@ func TestPrivilegedPlacement(t *testing.T) {
 	// Resends (a local ACK timeout under load) are answered without a
 	// copy, but a repeated READ is placed again: at least one copy each.
 	if sx.Requests < wrs || sx.Fallbacks != 0 || sy.Answers+sy.Granted != sx.Requests || sx.Regions != 1 ||
-		sx.SharedBytes != 2*size || sy.Dropped != 0 {
+		sx.SharedBytes != 2*size {
 		t.Errorf("placement: requester %+v, responder %+v; want at least %d requests, all answered or granted", sx, sy, wrs)
 	}
 	st := d.Stats()
