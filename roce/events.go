@@ -147,6 +147,7 @@ func (e *engine) qpEvents(q *qpEntry, received bool) {
 	st := q.q.EngineState()
 	if f := q.q.Failures(); f != q.failures {
 		q.failures = f
+		q.q.PlaceRevoke(&e.tx) // roce/qp place_grant.go: the daemon places nothing more for it
 		e.d.events.raise(AsyncEvent{Type: EventQPFatal, QPN: q.qpn})
 	}
 	if n := q.q.LastWQEReached(); n != q.lastWQE {

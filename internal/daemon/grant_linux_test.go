@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
 	"github.com/xdproce/xdproce/roce"
@@ -318,12 +319,14 @@ func keysOf(d *Daemon, qpn uint32) int {
 // registers the region's rkey and a WRITE grants the responder's queue
 // pair (the next WRITE is placed on the first hop, byte-exact); a Modify
 // that leaves RTS has revoked the grant when it returns, and so has
-// Destroy, and Deregister has dropped the rkey when it returns.
+// Destroy, and Deregister has dropped the rkey when it returns. A queue
+// pair its engine fails (an atomic frame with a bad rkey: class C)
+// revokes its grant through its port.
 func TestPrivilegedPlacementRevoke(t *testing.T) {
 	netlab.Privileged(t)
 	const size = 64 << 10
 	x, y, d := daemonClients(t)
-	for _, how := range []string{"modify", "destroy"} {
+	for _, how := range []string{"modify", "destroy", "engine"} {
 		sa, sb := newScriptSideMR(t, x, size, true), newScriptSideMR(t, y, size, true)
 		if err := sa.qp.Connect(1, endpoint(t, y, sb.qp, 2), nil); err != nil {
 			t.Fatal(err)
@@ -362,6 +365,20 @@ func TestPrivilegedPlacementRevoke(t *testing.T) {
 		case "destroy":
 			if err := sb.qp.Destroy(); err != nil {
 				t.Fatal(err)
+			}
+		case "engine":
+			if err := sa.qp.PostSend(roce.SendWR{ID: 9, Opcode: roce.WRAtomicFetchAdd, Flags: roce.Signaled,
+				SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: 8, LKey: sa.mr.LKey()}},
+				RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey() + 1, CompareAdd: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := sa.wait(t, 1); wc[0].Status == roce.WCSuccess.String() {
+				t.Fatalf("an atomic with a bad rkey: %+v", wc[0])
+			}
+			// The NAK and then the revocation left b's engine in one round;
+			// the daemon reads them in order: wait for it (bounded).
+			for i := 0; grantKnown(d, sb.qp.QPN()) && i < 10000; i++ {
+				time.Sleep(time.Millisecond)
 			}
 		}
 		if grantKnown(d, sb.qp.QPN()) {

@@ -13,7 +13,8 @@ import (
 // and message sequence number (a Note). A Note the queue pair cannot take
 // (not ready to send, another requester, the PSN moved by frames, a message
 // under way by frames, a packet count its path MTU does not give) revokes
-// the grant; so does the device on Modify and Destroy (TakeGranted).
+// the grant, and so does the engine failing the queue pair (PlaceRevoke);
+// the device revokes it on Modify and Destroy (TakeGranted).
 
 // grantAnswer marks the answer a, which executes a message, as a grant
 // when the queue pair is ready to send.
@@ -63,6 +64,27 @@ func (q *QP) PlaceNote(m *place.Msg, now int64, out Output) {
 	}
 	v := &x.msg
 	*v = place.Msg{Kind: place.KindRevoke, SrcQPN: m.SrcQPN, DstQPN: q.qpn}
+	if n := place.Encode(buf, v); n > 0 {
+		out.TxCommit(buf[:n])
+	}
+}
+
+// PlaceRevoke tells the daemon, through out, to forget what the queue pair
+// granted it (the engine failed it: the daemon must not go on answering
+// its peer for it); when out has no buffer the grant stays marked for the
+// next Modify or Destroy. Engine goroutine only.
+func (q *QP) PlaceRevoke(out Output) {
+	x := q.plc.placer.Load()
+	if x == nil || !q.plc.granted.Swap(false) {
+		return
+	}
+	buf := out.TxBuffer()
+	if buf == nil {
+		q.plc.granted.Store(true)
+		return
+	}
+	v := &x.msg
+	*v = place.Msg{Kind: place.KindRevoke, SrcQPN: q.e.attr.DestQPN, DstQPN: q.qpn}
 	if n := place.Encode(buf, v); n > 0 {
 		out.TxCommit(buf[:n])
 	}
