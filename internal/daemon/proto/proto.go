@@ -24,7 +24,7 @@ import (
 )
 
 // Version is the version of the conversation.
-const Version = 2
+const Version = 3 // 3: placement grants (placekey, revokeqp; place.KindNote, KindRevoke)
 
 // maxMessage bounds one JSON message.
 const maxMessage = 64 << 10
