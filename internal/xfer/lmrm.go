@@ -58,7 +58,7 @@ func newLMRMProviderQP(dev *roce.Device, maxBytes int, local net.Addr) (*qpConn,
 
 // lmrmWrite asks the provider for slots × slotSize bytes (one LMRM_ALLOC)
 // and writes size bytes read from r into the pool, one WRITE WITH IMMEDIATE
-// per slot, adding them to h. It waits in the requester when every slot is
+// per slot, adding them to h (each slot once its write is posted). It waits in the requester when every slot is
 // in flight, and returns once every write has completed (been acknowledged).
 func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r io.Reader, size int64, h hash.Hash, progress func(done, total int64)) error {
 	if err := lr.Alloc(uint64(slotSize)*uint64(slots), uint32(slotSize)); err != nil {
@@ -88,7 +88,6 @@ func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r i
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return &readError{off: off, err: err}
 		}
-		h.Write(buf)
 		for {
 			if err = lr.Write(s, buf); !errors.Is(err, lmrm.ErrBusy) {
 				break
@@ -100,6 +99,10 @@ func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r i
 		if err != nil {
 			return err
 		}
+		// Hash the slot while its write is on the wire: the staging buffer
+		// stays as it is until the slot comes back, which is after this
+		// goroutine reserves it again.
+		h.Write(buf)
 		off += int64(len(buf))
 		if progress != nil {
 			progress(off, size)
@@ -127,14 +130,40 @@ func (e *readError) Error() string { return fmt.Sprintf("at %d: %v", e.off, e.er
 func (e *readError) Unwrap() error { return e.err }
 
 // A sink appends what a provider delivers to a file, in order, and hashes
-// it. The first failure stops it (err); later deliveries are dropped.
+// it: as it goes, or, with back, on a goroutine that reads the file back
+// (hashBehind). The first failure stops it (err); later deliveries are
+// dropped. Call hashed before reading h.
 type sink struct {
 	w        io.WriterAt
 	h        hash.Hash
+	back     *backHash
 	size     int64 // what the sender announced
 	next     int64 // the bytes appended
 	err      error
 	progress func(done, total int64)
+}
+
+// hashBehind makes k hash on a goroutine of its own, reading back from r
+// what k wrote to its w (the same file), so that a slot goes back to the
+// sender as soon as it is written. The caller must call stopHash when done
+// (after hashed on success).
+func (k *sink) hashBehind(r io.ReaderAt) { k.back = newBackHash(r, k.h) }
+
+// hashed waits until every byte appended is in h; it returns the hasher's
+// failure (a read back that failed).
+func (k *sink) hashed() error {
+	if k.back == nil {
+		return nil
+	}
+	return k.back.wait()
+}
+
+// stopHash ends hashBehind's goroutine (at once when hashed did not wait for
+// it: the transfer failed).
+func (k *sink) stopHash() {
+	if k.back != nil {
+		k.back.stop()
+	}
 }
 
 func (k *sink) deliver(_ uint8, _ uint32, b []byte) {
@@ -145,10 +174,18 @@ func (k *sink) deliver(_ uint8, _ uint32, b []byte) {
 		k.err = fmt.Errorf("%d bytes written after %d of %d", len(b), k.next, k.size)
 		return
 	}
-	if k.err = appendSlot(k.w, k.h, b, k.next); k.err != nil {
+	if k.back == nil {
+		k.err = appendSlot(k.w, k.h, b, k.next)
+	} else {
+		_, k.err = k.w.WriteAt(b, k.next)
+	}
+	if k.err != nil {
 		return
 	}
 	k.next += int64(len(b))
+	if k.back != nil {
+		k.back.written(k.next)
+	}
 	if k.progress != nil {
 		k.progress(k.next, k.size)
 	}

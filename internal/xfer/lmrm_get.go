@@ -44,6 +44,10 @@ func getLMRM(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Sp
 	}
 	size := acc.Size
 	k := &sink{w: dst, h: sha256.New(), size: size, progress: o.Progress}
+	if f, ok := dst.(*tempFile); ok {
+		k.hashBehind(f.File)
+		defer k.stopHash()
+	}
 	if p, err = lmrm.NewProvider(q.qp, q.pd, q.cq, cfg, k.deliver); err != nil {
 		return res, err
 	}
@@ -56,6 +60,9 @@ func getLMRM(ctx context.Context, c *ctrl, dev *roce.Device, name string, sp *Sp
 	m, err := lmrmReceive(ctx, c, p, k)
 	if err != nil {
 		return res, ctxErr(ctx, err)
+	}
+	if err := k.hashed(); err != nil {
+		return res, err
 	}
 	return res, acceptGet(c, dst, &m, k.h, k.next, size, start, &res)
 }

@@ -86,6 +86,8 @@ func (s *Server) servePutLMRM(ctx context.Context, c *ctrl, req *message) (res R
 	}
 	res.Reliability, res.SRWindow, res.CC = q.rel.String(), q.srWin, q.cc.String()
 	k := &sink{w: tmp.File, h: sha256.New(), size: req.Size}
+	k.hashBehind(tmp.File)
+	defer k.stopHash()
 	if p, err = lmrm.NewProvider(q.qp, q.pd, q.cq, cfg, k.deliver); err != nil {
 		return res, refuse(c, err)
 	}
@@ -103,6 +105,9 @@ func (s *Server) servePutLMRM(ctx context.Context, c *ctrl, req *message) (res R
 			return res, fmt.Errorf("receive %s after %d of %d bytes: %w", req.Name, k.next, req.Size, err)
 		}
 		return res, refuse(c, fmt.Errorf("receive %s after %d of %d bytes: %w", req.Name, k.next, req.Size, err))
+	}
+	if err := k.hashed(); err != nil {
+		return res, refuse(c, fmt.Errorf("receive %s: %w", req.Name, err))
 	}
 	return res, s.verdict(c, tmp, req, &m, k.h, k.next, start, &res)
 }

@@ -1,0 +1,51 @@
+# Sourced by the comparison scripts (compare-iperf3.sh, compare-send.sh): two
+# network namespaces, ${LAB}-a and ${LAB}-b, joined by one veth pair with
+# 198.51.100.1/24 and .2/24, offloads as veth sets them (what the tests'
+# netlab.Connect does). Needs root and iproute2. LAB must be set; lab_down
+# runs on exit, even when the script fails.
+#
+#   lab_up MTU        create (or re-create) the lab with that MTU
+#   lab_down          delete both namespaces (the veth goes with them)
+#   ina CMD... / inb  run CMD inside ${LAB}-a / ${LAB}-b
+
+ina() { ip netns exec "${LAB}-a" "$@"; }
+inb() { ip netns exec "${LAB}-b" "$@"; }
+
+lab_down() {
+  ip netns del "${LAB}-a" 2>/dev/null || true
+  ip netns del "${LAB}-b" 2>/dev/null || true
+  return 0
+}
+
+lab_up() {
+  local mtu=$1
+  lab_down
+  ip netns add "${LAB}-a" && ip netns add "${LAB}-b" || return 1
+  ip link add name "${LAB}a" netns "${LAB}-a" mtu "$mtu" type veth \
+    peer name "${LAB}b" netns "${LAB}-b" mtu "$mtu" || return 1
+  ina ip addr add 198.51.100.1/24 dev "${LAB}a" && inb ip addr add 198.51.100.2/24 dev "${LAB}b" || return 1
+  ina ip link set lo up && inb ip link set lo up || return 1
+  ina ip link set "${LAB}a" up && inb ip link set "${LAB}b" up || return 1
+  local i
+  for i in $(seq 50); do
+    ina ip -o link show dev "${LAB}a" | grep -q "state UP" &&
+      inb ip -o link show dev "${LAB}b" | grep -q "state UP" && return 0
+    sleep 0.1
+  done
+  echo "lab: the veth is not up" >&2
+  return 1
+}
+
+# now prints seconds since the epoch with nanoseconds.
+now() { date +%s.%N; }
+
+# until_listening NS PORT: wait (≤ 10 s) until something listens on TCP PORT in NS.
+until_listening() {
+  local i
+  for i in $(seq 100); do
+    ip netns exec "$1" ss -Htln "sport = :$2" | grep -q . && return 0
+    sleep 0.1
+  done
+  echo "lab: nothing listens on $2 in $1" >&2
+  return 1
+}
