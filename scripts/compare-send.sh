@@ -5,7 +5,9 @@
 # file from tmpfs to tmpfs, send timed as the whole command's wall time (the
 # server is up before it starts), alternated ROUNDS times with the order
 # swapping each round. Prints one line per run and the medians and ratio.
-# Run it under `flock /tmp/xdproce-bench.lock` beside other benchmarks.
+# It takes /tmp/xdproce-bench.lock itself (waiting for other benchmarks);
+# what it starts in the background does not inherit the lock, and every
+# process it starts ends within a timeout even if the script is killed.
 #
 #   sudo scripts/compare-send.sh            1 GiB, MTU 9000, 3 rounds
 #   env: XDPROCE (binary; default: built into the temp dir), SIZE_MIB (1024),
@@ -35,6 +37,7 @@ mkdir -p "$tmp/src" "$tmp/dst" "$tmp/back"
 head -c $((SIZE_MIB << 20)) /dev/urandom >"$tmp/src/file"
 iters=$((SIZE_MIB * 16)) # 64 KiB writes of the same bytes
 lab_up "$MTU"
+bench_lock
 echo "# $(uptime)"
 echo "# $SIZE_MIB MiB, MTU $MTU, --link $LINK, $ROUNDS rounds, $XDPROCE"
 
@@ -45,14 +48,14 @@ prof() { # prof NAME N: the environment that profiles into $PROFILE
 
 run_send() { # one send (and get); prints its Gb/s over the wall time
   local n=$1
-  inb env "$(prof serve "$n")" "$XDPROCE" serve --dev "${LAB}b" --link "$LINK" --insecure --dir "$tmp/dst" \
-    --listen 198.51.100.2:18515 >"$tmp/serve.out" 2>&1 &
+  inb timeout 600 env "$(prof serve "$n")" "$XDPROCE" serve --dev "${LAB}b" --link "$LINK" --insecure --dir "$tmp/dst" \
+    --listen 198.51.100.2:18515 >"$tmp/serve.out" 2>&1 9>&- &
   local spid=$!
   pids+=("$spid")
   until_listening "${LAB}-b" 18515 || { cat "$tmp/serve.out" >&2; return 1; }
   local t0 t1
   t0=$(now)
-  ina env "$(prof send "$n")" "$XDPROCE" send --dev "${LAB}a" --link "$LINK" 198.51.100.2 "$tmp/src/file" --name f >"$tmp/send.out" 2>&1 ||
+  ina timeout 600 env "$(prof send "$n")" "$XDPROCE" send --dev "${LAB}a" --link "$LINK" 198.51.100.2 "$tmp/src/file" --name f >"$tmp/send.out" 2>&1 ||
     { cat "$tmp/send.out" "$tmp/serve.out" >&2; return 1; }
   t1=$(now)
   local send_gbps get_gbps=
@@ -61,7 +64,7 @@ run_send() { # one send (and get); prints its Gb/s over the wall time
   if [ -n "${GET:-}" ]; then
     rm -f "$tmp/back/f"
     t0=$(now)
-    ina "$XDPROCE" get --dev "${LAB}a" --link "$LINK" 198.51.100.2 f "$tmp/back/f" >"$tmp/get.out" 2>&1 ||
+    ina timeout 600 "$XDPROCE" get --dev "${LAB}a" --link "$LINK" 198.51.100.2 f "$tmp/back/f" >"$tmp/get.out" 2>&1 ||
       { cat "$tmp/get.out" "$tmp/serve.out" >&2; return 1; }
     t1=$(now)
     get_gbps=$(echo "$SIZE_MIB $t0 $t1" | awk '{printf " get %.2f", $1*8*1048576/($3-$2)/1e9}')
@@ -75,11 +78,11 @@ run_send() { # one send (and get); prints its Gb/s over the wall time
 
 run_bench() { # one bench write of the same bytes; prints its Gb/s
   local n=$1
-  inb env "$(prof bws "$n")" "$XDPROCE" bench write --dev "${LAB}b" --link "$LINK" --port 18516 >"$tmp/bws.out" 2>&1 &
+  inb timeout 600 env "$(prof bws "$n")" "$XDPROCE" bench write --dev "${LAB}b" --link "$LINK" --port 18516 >"$tmp/bws.out" 2>&1 9>&- &
   local spid=$!
   pids+=("$spid")
   until_listening "${LAB}-b" 18516 || { cat "$tmp/bws.out" >&2; return 1; }
-  ina env "$(prof bwc "$n")" "$XDPROCE" bench write --dev "${LAB}a" --link "$LINK" --port 18516 --size 64KiB --iters "$iters" \
+  ina timeout 600 env "$(prof bwc "$n")" "$XDPROCE" bench write --dev "${LAB}a" --link "$LINK" --port 18516 --size 64KiB --iters "$iters" \
     --json 198.51.100.2 >"$tmp/bwc.out" 2>"$tmp/bwc.err" || { cat "$tmp/bwc.out" "$tmp/bwc.err" "$tmp/bws.out" >&2; return 1; }
   wait "$spid" 2>/dev/null || true
   grep -o '"bw_avg_gbps":[0-9.]*' "$tmp/bwc.out" | head -1 | awk -F: '{printf "bench %.2f\n", $2}'
@@ -94,10 +97,9 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "# $(uptime)"
-med() { grep "^$1 " "$out" | awk -v f="$2" '{print $f}' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-s=$(med send 2) b=$(med bench 2)
+s=$(median "$out" send 2) b=$(median "$out" bench 2)
 echo "median: send $s Gb/s, bench write $b Gb/s, send/bench $(awk -v s="$s" -v b="$b" 'BEGIN{printf "%.2f", s/b}')"
 if [ -n "${GET:-}" ]; then
-  g=$(med send 4)
+  g=$(median "$out" send 4)
   echo "median: get $g Gb/s, get/bench $(awk -v s="$g" -v b="$b" 'BEGIN{printf "%.2f", s/b}')"
 fi

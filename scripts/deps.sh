@@ -20,6 +20,7 @@ table=(
   "libcap2-bin setcap   the file-capabilities test"
   "git        git       generate-check, duplicate checks"
   "openssl    openssl   cm/tlsproxy's openssl s_client tests, the tls-proxy CLI test"
+  "iperf3     iperf3    scripts/compare-iperf3.sh (bench write against kernel TCP)"
 )
 
 missing=() why=()

@@ -7,6 +7,14 @@
 #   lab_up MTU        create (or re-create) the lab with that MTU
 #   lab_down          delete both namespaces (the veth goes with them)
 #   ina CMD... / inb  run CMD inside ${LAB}-a / ${LAB}-b
+#   bench_lock        take /tmp/xdproce-bench.lock on fd 9 for the rest of
+#                     the script (start background processes with 9>&-, or
+#                     they hold it after the script ends)
+
+bench_lock() {
+  exec 9>>/tmp/xdproce-bench.lock
+  flock 9
+}
 
 ina() { ip netns exec "${LAB}-a" "$@"; }
 inb() { ip netns exec "${LAB}-b" "$@"; }
@@ -48,4 +56,11 @@ until_listening() {
   done
   echo "lab: nothing listens on $2 in $1" >&2
   return 1
+}
+
+# median FILE WORD FIELD: the median of FIELD over FILE's lines that start
+# with WORD.
+median() {
+  grep "^$2 " "$1" | awk -v f="$3" '{print $f}' | sort -g |
+    awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'
 }
