@@ -67,7 +67,7 @@ for MTU in $MTUS; do
       tail -1 "$out"
     done
   done
-  flock -u 9
+  [ "${XDPROCE_BENCH_LOCKED:-}" = 1 ] || flock -u 9
   [ -s "$tmp/link" ] && echo "# bench: $(cat "$tmp/link")"
   i=$(median "$out" iperf3 2) b=$(median "$out" bench 2)
   echo "MTU $MTU median: bench write $b Gb/s, iperf3 $i Gb/s, bench/iperf3 $(awk -v b="$b" -v i="$i" 'BEGIN{printf "%.2f", b/i}'); $(uptime)"

@@ -9,9 +9,12 @@
 #   ina CMD... / inb  run CMD inside ${LAB}-a / ${LAB}-b
 #   bench_lock        take /tmp/xdproce-bench.lock on fd 9 for the rest of
 #                     the script (start background processes with 9>&-, or
-#                     they hold it after the script ends)
+#                     they hold it after the script ends); with
+#                     XDPROCE_BENCH_LOCKED=1 the caller holds it (run the
+#                     scripts under `flock -o /tmp/xdproce-bench.lock`)
 
 bench_lock() {
+  [ "${XDPROCE_BENCH_LOCKED:-}" = 1 ] && return 0 # the caller holds it (flock -o)
   exec 9>>/tmp/xdproce-bench.lock
   flock 9
 }
