@@ -34,7 +34,7 @@ prof() { # prof NAME: the environment that profiles into $PROFILE
 }
 
 run_iperf3() {
-  inb timeout 60 iperf3 -s -1 -B 198.51.100.2 -p 5201 >"$tmp/iperf3s.out" 2>&1 9>&- &
+  ip netns exec "${LAB}-b" timeout 60 iperf3 -s -1 -B 198.51.100.2 -p 5201 >"$tmp/iperf3s.out" 2>&1 9>&- &
   local spid=$!
   until_listening "${LAB}-b" 5201 || { cat "$tmp/iperf3s.out" >&2; return 1; }
   ina timeout 60 iperf3 -c 198.51.100.2 -p 5201 -t "$DURATION" -f g >"$tmp/iperf3.out" 2>&1 ||
@@ -45,7 +45,7 @@ run_iperf3() {
 
 run_bench() {
   local n=$1
-  inb timeout 60 env "$(prof "bws-$MTU-$n")" "$XDPROCE" bench write --dev "${LAB}b" --link "$LINK" --port 18516 >"$tmp/bws.out" 2>&1 9>&- &
+  ip netns exec "${LAB}-b" timeout 60 env "$(prof "bws-$MTU-$n")" "$XDPROCE" bench write --dev "${LAB}b" --link "$LINK" --port 18516 >"$tmp/bws.out" 2>&1 9>&- &
   local spid=$!
   until_listening "${LAB}-b" 18516 || { cat "$tmp/bws.out" >&2; return 1; }
   ina timeout 60 env "$(prof "bwc-$MTU-$n")" "$XDPROCE" bench write --dev "${LAB}a" --link "$LINK" --port 18516 --size 64KiB -D "$DURATION" \

@@ -46,9 +46,11 @@ prof() { # prof NAME N: the environment that profiles into $PROFILE
 }
 [ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE"
 
+# Background servers run by ip netns exec directly (not through inb, a
+# function: $! would be a subshell that passes no signal on).
 run_send() { # one send (and get); prints its Gb/s over the wall time
   local n=$1
-  inb timeout 600 env "$(prof serve "$n")" "$XDPROCE" serve --dev "${LAB}b" --link "$LINK" --insecure --dir "$tmp/dst" \
+  ip netns exec "${LAB}-b" timeout 600 env "$(prof serve "$n")" "$XDPROCE" serve --dev "${LAB}b" --link "$LINK" --insecure --dir "$tmp/dst" \
     --listen 198.51.100.2:18515 >"$tmp/serve.out" 2>&1 9>&- &
   local spid=$!
   pids+=("$spid")
@@ -78,7 +80,7 @@ run_send() { # one send (and get); prints its Gb/s over the wall time
 
 run_bench() { # one bench write of the same bytes; prints its Gb/s
   local n=$1
-  inb timeout 600 env "$(prof bws "$n")" "$XDPROCE" bench write --dev "${LAB}b" --link "$LINK" --port 18516 >"$tmp/bws.out" 2>&1 9>&- &
+  ip netns exec "${LAB}-b" timeout 600 env "$(prof bws "$n")" "$XDPROCE" bench write --dev "${LAB}b" --link "$LINK" --port 18516 >"$tmp/bws.out" 2>&1 9>&- &
   local spid=$!
   pids+=("$spid")
   until_listening "${LAB}-b" 18516 || { cat "$tmp/bws.out" >&2; return 1; }

@@ -59,7 +59,12 @@ kernel has it, and says which at start-up. It goes with --psk-file or
 
 A received file is written under a temporary name in DIR and renamed to NAME
 only when it is complete and its SHA-256 matches the sender's: a partial
-file never appears under the final name. The temporary name,
+file never appears under the final name. Nothing is flushed to disk while
+the data moves; the file is synced once (fsync) after the check and
+before the rename, so a file under its final name is on disk. The
+SHA-256 is computed on a goroutine of its own that reads back what was
+written, so a slot goes back to the sender as soon as it is written. The
+temporary name,
   DIR/.NAME.xdproce-PID-START-RANDOM.part,
 names the receiving process (its PID and start time). A server that is
 killed cannot remove its temporary files; at start-up serve removes those in
