@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,6 +53,22 @@ func BenchmarkConnections(b *testing.B) {
 }
 
 const rssEnv = "XDPROCE_ENLARGE_RSS_CHILD"
+
+// heapEnv names a file the child writes a heap profile to while its
+// connections are open (run it with -test.memprofilerate=64 to see the
+// small allocations: go tool pprof -sample_index=inuse_space).
+const heapEnv = "XDPROCE_ENLARGE_HEAP_PROFILE"
+
+func writeHeapProfile(t *testing.T, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // rssChild runs TestConnectionsRSSChild in a new process and returns what it
 // measured.
@@ -118,6 +135,9 @@ func TestConnectionsRSSChild(t *testing.T) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	after := rss(t)
+	if path := os.Getenv(heapEnv); path != "" {
+		writeHeapProfile(t, path)
+	}
 	fmt.Printf("RSS_PER_CONN %.1f\n", float64(after-before)/float64(n))
 	fmt.Printf("# %v conns=%d rss %d → %d B, registered %d B, %v\n", mode, n, before, after, l.registered(), time.Since(start))
 	runtime.KeepAlive(l)

@@ -110,7 +110,7 @@ type Channel struct {
 	tx   txState
 	rx   rxState
 	st   Stats
-	wcs  [8]Completion
+	wcs  [4]Completion // a batch of polled completions (4 keeps a Channel at 896 B)
 	wr   WorkRequest
 	ctrl [ReqLen]byte
 	load [AckLen]byte

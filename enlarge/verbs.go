@@ -17,10 +17,11 @@ type Verbs struct {
 	pd   verbsPD
 	cq   *roce.CQ
 	iova *IOVASpace
-	wr   roce.SendWR
-	rwr  roce.RecvWR
-	sge  [1]roce.SGE
-	wcs  [8]roce.WC
+	// sge is the SGL of the work request being posted: the queue pair may
+	// keep a reference past the call, so it lives here, not on the stack.
+	// Work requests and completions are built on the stack (an idle
+	// connection's Verbs is 64 B).
+	sge [1]roce.SGE
 }
 
 // VerbsOptions configure NewVerbs. nil means the defaults.
@@ -117,33 +118,34 @@ func (v *Verbs) PostSend(wr *WorkRequest) error {
 		op = roce.WRRDMAWriteImm
 	}
 	v.sge[0] = roce.SGE{Addr: m.Addr() + uint64(wr.Offset), Length: uint32(wr.Length), LKey: m.LKey()}
-	v.wr = roce.SendWR{ID: wr.ID, Opcode: op, Flags: roce.Signaled, SGL: v.sge[:], Imm: wr.Imm,
+	w := roce.SendWR{ID: wr.ID, Opcode: op, Flags: roce.Signaled, SGL: v.sge[:], Imm: wr.Imm,
 		RemoteAddr: wr.RemoteAddr, RKey: wr.RKey}
 	if wr.Length == 0 {
-		v.wr.SGL = nil
+		w.SGL = nil
 	}
-	return v.q.PostSend(v.wr)
+	return v.q.PostSend(w)
 }
 
 // PostRecv posts a receive; r == nil posts one without buffers.
 func (v *Verbs) PostRecv(id uint64, r Region, off, n int) error {
-	v.rwr = roce.RecvWR{ID: id}
+	w := roce.RecvWR{ID: id}
 	if r != nil {
 		m, ok := r.(*roce.MR)
 		if !ok {
 			return errForeignRegion
 		}
 		v.sge[0] = roce.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
-		v.rwr.SGL = v.sge[:]
+		w.SGL = v.sge[:]
 	}
-	return v.q.PostRecv(v.rwr)
+	return v.q.PostRecv(w)
 }
 
 // Poll translates the queue pair's work completions.
 func (v *Verbs) Poll(c []Completion) (int, error) {
-	n, err := v.cq.Poll(v.wcs[:min(len(c), len(v.wcs))])
+	var wcs [8]roce.WC
+	n, err := v.cq.Poll(wcs[:min(len(c), len(wcs))])
 	for i := 0; i < n; i++ {
-		w := &v.wcs[i]
+		w := &wcs[i]
 		c[i] = Completion{ID: w.ID, Kind: CompSend, Imm: w.ImmData, HasImm: w.WithImm}
 		if w.Opcode == roce.WCRecvRDMAWithImm || w.Opcode == roce.WCRecv {
 			c[i].Kind = CompRecvImm
