@@ -593,7 +593,13 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 		q.mu.Unlock()
 		return wrap(ErrQueueFull, fmt.Sprintf("qp: post recv: %d outstanding", q.maxRecvWR))
 	}
-	q.recvSlot().set(wr.ID, wr.SGL)
+	w := q.recvSlot()
+	if len(wr.SGL) > len(w.sglBuf) {
+		// A slot gets its SGE buffer with its first non-empty SGL, so a
+		// queue pair that posts only zero-length receives carries none.
+		w.sglBuf = make([]mr.SGE, q.maxSGE)
+	}
+	w.set(wr.ID, wr.SGL)
 	q.rqPost++
 	q.rqPosted.Store(q.rqPost)
 	q.mu.Unlock()

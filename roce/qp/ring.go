@@ -85,15 +85,9 @@ func (q *QP) newSendWQEs(n int) []sendWQE {
 	return ws
 }
 
-// newRecvWQEs returns n receive WQEs with their SGE buffers.
-func (q *QP) newRecvWQEs(n int) []recvWQE {
-	ws := make([]recvWQE, n)
-	sges := make([]mr.SGE, n*q.maxSGE)
-	for i := range ws {
-		ws[i].sglBuf = sges[i*q.maxSGE : (i+1)*q.maxSGE : (i+1)*q.maxSGE]
-	}
-	return ws
-}
+// newRecvWQEs returns n receive WQEs; PostRecv gives a slot its SGE buffer
+// when it first posts a non-empty SGL into it.
+func (q *QP) newRecvWQEs(n int) []recvWQE { return make([]recvWQE, n) }
 
 // sendSlot returns the send WQE the next post fills (q.mu held, a send WQE
 // free under MaxSendWR), growing the ring when every slot is in use.

@@ -121,3 +121,50 @@ func TestRingsGrowAcrossWrap(t *testing.T) {
 		})
 	}
 }
+
+// TestRecvSGEOnFirstUse: receive WQEs that have only held zero-length
+// receives carry no SGE buffer; a slot gets one when a receive with an SGL is
+// first posted into it, and the SGL (several SGEs) then receives the bytes.
+func TestRecvSGEOnFirstUse(t *testing.T) {
+	p := newPair(t, defaultOpts())
+	const n, msg = 4, 300
+	for k := range n {
+		must(t, p.b.q.PostRecv(&RecvWR{ID: uint64(k)}))
+	}
+	for k := range n {
+		must(t, p.a.q.PostSend(&SendWR{ID: uint64(k), Opcode: WRSend, Flags: Signaled}))
+	}
+	for _, wc := range p.poll(p.b, n) {
+		if wc.Status != WCSuccess || wc.ByteLen != 0 {
+			t.Fatalf("zero-length receive: %+v", wc)
+		}
+	}
+	p.poll(p.a, n)
+	r := p.b.q.rq.Load()
+	for i := range r.size() {
+		if b := r.at(i).sglBuf; b != nil {
+			t.Fatalf("receive slot %d has an SGE buffer of %d after zero-length receives only", i, len(b))
+		}
+	}
+	am, abuf := p.a.reg(t, n*msg, allAcc)
+	bm, bbuf := p.b.reg(t, n*msg, allAcc)
+	for k := range n {
+		// three SGEs of 100 B each, in reverse order in the buffer
+		sgl := []mr.SGE{sge(bm, k*msg+200, 100), sge(bm, k*msg+100, 100), sge(bm, k*msg, 100)}
+		must(t, p.b.q.PostRecv(&RecvWR{ID: uint64(10 + k), SGL: sgl}))
+	}
+	for k := range n {
+		fill(abuf[k*msg:(k+1)*msg], byte(k))
+		must(t, p.a.q.PostSend(&SendWR{ID: uint64(10 + k), Opcode: WRSend, Flags: Signaled, SGL: []mr.SGE{sge(am, k*msg, msg)}}))
+	}
+	for k, wc := range p.poll(p.b, n) {
+		if wc.Status != WCSuccess || wc.ByteLen != msg || wc.ID != uint64(10+k) {
+			t.Fatalf("receive %d: %+v", k, wc)
+		}
+		src, dst := abuf[k*msg:(k+1)*msg], bbuf[k*msg:(k+1)*msg]
+		if !bytes.Equal(dst[200:], src[:100]) || !bytes.Equal(dst[100:200], src[100:200]) || !bytes.Equal(dst[:100], src[200:]) {
+			t.Fatalf("receive %d: bytes not placed through its three SGEs", k)
+		}
+	}
+	p.poll(p.a, n)
+}

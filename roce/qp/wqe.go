@@ -78,7 +78,7 @@ func (w *sendWQE) fill(q *QP, wr *SendWR) error {
 type recvWQE struct {
 	id     uint64
 	length uint64
-	sglBuf []mr.SGE // MaxSGE of them; the SGL is sglBuf[:n]
+	sglBuf []mr.SGE // MaxSGE of them (nil until the slot first gets an SGL); the SGL is sglBuf[:n]
 	n      int32
 }
 
