@@ -33,12 +33,16 @@ type notifier struct {
 // enters RTR (the notification point) and RTS (the reaction point).
 func (q *QP) ccStart(rts bool) {
 	on := q.typ == RC && q.e.attr.DCQCN
+	var params DCQCNParams
+	if q.dcqcn != nil {
+		params = *q.dcqcn
+	}
 	if !rts {
-		p := q.dcqcn.withDefaults()
+		p := params.withDefaults()
 		q.np = notifier{on: on, dscp: p.CNPDSCP, gap: p.CNPInterval}
 		return
 	}
-	q.win.pace.enable(on, q.dcqcn, q.e.now)
+	q.win.pace.enable(on, params, q.e.now)
 }
 
 // ccReceive looks at a received RC frame's ECN bits (the notification

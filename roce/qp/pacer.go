@@ -10,7 +10,7 @@ package qp
 // the device runs Progress again at the release time.
 type pacer struct {
 	on     bool
-	cc     dcqcn
+	cc     *dcqcn  // DCQCN's state while on (nil when off: a queue pair without DCQCN carries none)
 	tokens float64 // bytes that may go now; negative: owed
 	at     int64   // last refill
 }
@@ -23,6 +23,7 @@ const pacerMinBurst = 2 * 4200
 func (p *pacer) enable(on bool, params DCQCNParams, now int64) {
 	*p = pacer{on: on}
 	if on {
+		p.cc = new(dcqcn)
 		p.cc.init(params, now)
 		p.at = now
 	}
@@ -66,8 +67,11 @@ func (p *pacer) charge(n int, now int64) {
 
 // release is when the bucket is out of debt (0: it is not, or not paced).
 func (p *pacer) release() int64 {
+	if !p.on {
+		return 0
+	}
 	r, limited := p.cc.rate()
-	if !p.on || !limited || p.tokens >= 0 || r <= 0 {
+	if !limited || p.tokens >= 0 || r <= 0 {
 		return 0
 	}
 	return p.at + int64(-p.tokens*1e9/r) + 1

@@ -97,7 +97,7 @@ type QP struct {
 	maxInline int
 	window    uint32
 	fixedWin  bool
-	dcqcn     DCQCNParams
+	dcqcn     *DCQCNParams // Config.DCQCN (nil: all defaults)
 
 	// Application side, guarded by mu.
 	mu        sync.Mutex
@@ -215,8 +215,10 @@ func New(cfg Config) (*QP, error) {
 		typ: cfg.Type, qpn: cfg.QPN, pd: cfg.PD, tbl: cfg.Table, scq: cfg.SendCQ, rcq: cfg.RecvCQ,
 		maxSendWR: cfg.MaxSendWR, maxRecvWR: cfg.MaxRecvWR, maxSGE: cfg.MaxSGE,
 		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow), fixedWin: cfg.FixedWindow,
-		dcqcn: cfg.DCQCN,
 		state: Reset,
+	}
+	if p := cfg.DCQCN; p != (DCQCNParams{}) {
+		q.dcqcn = &p
 	}
 	if cfg.Type == OOO {
 		q.ooo = &oooEngine{pool: cfg.Contexts}
