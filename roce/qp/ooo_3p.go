@@ -188,7 +188,7 @@ func (q *QP) controllerXTP(ctx wire.Ctx) wire.XTP {
 
 // oooBuild3P builds the OOO_3P_READ_REQ of w into buf and sends it.
 func (q *QP) oooBuild3P(w *sendWQE, buf []byte, out Output) {
-	o, p := &w.ooo, &q.e.pkt
+	o, p := w.ooo, &q.e.pkt
 	t := &o.sink
 	p.BTH.Opcode = wire.OOO3PReadReq
 	p.XRH.Total = t.Len

@@ -168,7 +168,7 @@ func (q *QP) condComponentDone(s *ctxState) {
 // condComponentFailed poisons the queue of a component that failed (an
 // error completion at post or start).
 func (q *QP) condComponentFailed(w *sendWQE) {
-	if o := &w.ooo; o.notify.ToSelf() && o.condQ != 0 {
+	if o := w.ooo; o.notify.ToSelf() && o.condQ != 0 {
 		q.ooo.cond[o.condQ-1].failed.Store(true)
 	}
 }
@@ -177,7 +177,7 @@ func (q *QP) condComponentFailed(w *sendWQE) {
 // queue's head before its first packet: go (its condition holds, now or at
 // a count since), wait, or flush (its queue failed).
 func (q *QP) condGate(w *sendWQE) (wait bool, st WCStatus) {
-	o := &w.ooo
+	o := w.ooo
 	k := &q.ooo.cond[o.condQ-1]
 	if k.failed.Load() {
 		return false, WCWRFlushErr

@@ -35,7 +35,7 @@ import (
 // starts on a segment boundary, lies inside the operation and is whole
 // segments unless it ends the operation.
 func (q *QP) checkPiece(w *sendWQE) WCStatus {
-	o := &w.ooo
+	o := w.ooo
 	if o.opTotal == 0 {
 		return WCSuccess
 	}
@@ -52,7 +52,7 @@ func (q *QP) checkPiece(w *sendWQE) WCStatus {
 // many bytes; the packets go where the request said (its XRR, context and
 // segment).
 func (q *QP) fifoReplyStart(w *sendWQE) WCStatus {
-	o := &w.ooo
+	o := w.ooo
 	s := q.ooo.pool.state(q.qpn, o.ctx)
 	if s == nil || s.role != roleReadSource || !s.fifoReq || s.tid != o.tid {
 		return WCLocQPOpErr

@@ -154,7 +154,7 @@ func (q *QP) oooProgress(out Output) int64 {
 // to go and sets up its context: for a WRITE the one its completion comes
 // to (if any), for a READ the one its response lands in.
 func (q *QP) oooStart(w *sendWQE) WCStatus {
-	o := &w.ooo
+	o := w.ooo
 	if w.opcode == WROOOReadReply {
 		return q.fifoReplyStart(w)
 	}
@@ -208,7 +208,7 @@ func (q *QP) oooStart(w *sendWQE) WCStatus {
 // oooBuild builds the next packet of w into buf and sends it; last reports
 // that it was w's last.
 func (q *QP) oooBuild(w *sendWQE, buf []byte, out Output) (st WCStatus, last bool) {
-	o, e := &w.ooo, &q.e
+	o, e := w.ooo, &q.e
 	p := &e.pkt
 	*p = e.hdr
 	idx := q.ooo.pkt
@@ -283,7 +283,7 @@ func spreadPort(base uint16, k uint32) uint16 {
 // a local completion (signaled, or any error) which says the packets went
 // to the link, not that they arrived. An error leaves the QP as it is.
 func (q *QP) oooRetire(w *sendWQE, st WCStatus) {
-	o := &w.ooo
+	o := w.ooo
 	wc := WC{ID: w.id, Status: st, Opcode: w.opcode.wcOpcode(), QPN: q.qpn, Ctx: o.ctx, TID: o.tid, Tag: o.tag}
 	if st == WCSuccess {
 		wc.ByteLen = uint32(w.length) + o.sink.Len

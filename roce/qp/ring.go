@@ -59,8 +59,8 @@ func (r *wqeRing[T]) grown(from uint32, fresh []T) *wqeRing[T] {
 // firstRing is the size a ring of up to max slots starts with.
 func firstRing(max int) int { return min(initialRing, ringSize(max)) }
 
-// newSendWQEs returns n send WQEs with their SGE, inline and (UD) address
-// vector buffers.
+// newSendWQEs returns n send WQEs with their SGE, inline, (UD) address
+// vector and (OOO) OOO operation buffers.
 func (q *QP) newSendWQEs(n int) []sendWQE {
 	ws := make([]sendWQE, n)
 	sges := make([]mr.SGE, n*q.maxSGE)
@@ -72,10 +72,17 @@ func (q *QP) newSendWQEs(n int) []sendWQE {
 	if q.typ == UD {
 		avs = make([]AddressVector, n)
 	}
+	var oos []oooWR
+	if q.typ == OOO {
+		oos = make([]oooWR, n)
+	}
 	for i := range ws {
 		w := &ws[i]
 		if avs != nil {
 			w.av = &avs[i]
+		}
+		if oos != nil {
+			w.ooo = &oos[i]
 		}
 		w.sglBuf = sges[i*q.maxSGE : (i+1)*q.maxSGE : (i+1)*q.maxSGE]
 		if inline != nil {

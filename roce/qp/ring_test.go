@@ -168,3 +168,20 @@ func TestRecvSGEOnFirstUse(t *testing.T) {
 	}
 	p.poll(p.a, n)
 }
+
+// TestSendWQEOOOSlot: only an OOO queue pair's send WQEs carry the OOO
+// operation fields, in the slots it started with and in those it grew.
+func TestSendWQEOOOSlot(t *testing.T) {
+	for _, typ := range []Type{RC, UC, UD, OOO} {
+		o := defaultOpts()
+		o.typ = typ
+		e := newEnd(t, "a", 0x11, o, 1)
+		r := e.q.sq.Load()
+		r = r.grown(0, e.q.newSendWQEs(int(r.size())))
+		for i := range r.size() {
+			if has := r.at(i).ooo != nil; has != (typ == OOO) {
+				t.Fatalf("%v: send WQE %d has OOO fields: %v", typ, i, has)
+			}
+		}
+	}
+}

@@ -25,7 +25,7 @@ type sendWQE struct {
 	sgl        []mr.SGE       // aliases sglBuf
 	inline     []byte         // aliases inlineBuf when Inline
 	length     uint64
-	ooo        oooWR  // OOO operations
+	ooo        *oooWR // OOO operations: a slot of its own, allocated for OOO QPs only
 	bind       BindWR // WRBindMW
 
 	sglBuf    []mr.SGE
@@ -46,9 +46,11 @@ func (w *sendWQE) fill(q *QP, wr *SendWR) error {
 	w.remoteAddr, w.rkey, w.compareAdd, w.swap, w.invRKey = wr.RemoteAddr, wr.RKey, wr.CompareAdd, wr.Swap, wr.InvRKey
 	w.remoteQPN, w.remoteQKey = wr.RemoteQPN, wr.RemoteQKey
 	w.bind = wr.Bind
-	w.ooo = oooWR{ctx: wr.Ctx, remoteCtx: wr.RemoteCtx, tid: wr.TID, notify: wr.Notify, tag: wr.Tag,
-		paths: wr.Paths, sinkRKey: wr.SinkRKey, sink: wr.Sink, condQ: wr.CondQueue, cond: wr.Cond,
-		opTotal: wr.OpTotal, opOff: wr.OpOffset}
+	if w.ooo != nil {
+		*w.ooo = oooWR{ctx: wr.Ctx, remoteCtx: wr.RemoteCtx, tid: wr.TID, notify: wr.Notify, tag: wr.Tag,
+			paths: wr.Paths, sinkRKey: wr.SinkRKey, sink: wr.Sink, condQ: wr.CondQueue, cond: wr.Cond,
+			opTotal: wr.OpTotal, opOff: wr.OpOffset}
+	}
 	if w.av != nil && wr.AH != nil {
 		*w.av = *wr.AH
 	}
