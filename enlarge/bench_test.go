@@ -90,16 +90,24 @@ func rssChild(mode Mode, n int) (float64, error) {
 }
 
 // TestConnectionsRSSChild is the child process of BenchmarkConnections; it
-// does nothing unless XDPROCE_ENLARGE_RSS_CHILD=mode:conns is set.
+// does nothing unless XDPROCE_ENLARGE_RSS_CHILD=mode:conns is set
+// (mode:conns:slots measures a phase-0 ring of that many slots).
 func TestConnectionsRSSChild(t *testing.T) {
 	spec := os.Getenv(rssEnv)
 	if spec == "" {
 		t.Skip("runs only as BenchmarkConnections' child process")
 	}
 	modeName, count, _ := strings.Cut(spec, ":")
+	count, slots, _ := strings.Cut(count, ":")
 	n, err := strconv.Atoi(count)
 	if err != nil {
 		t.Fatal(err)
+	}
+	cfg := Config{}
+	if slots != "" {
+		if cfg.RingSlots, err = strconv.Atoi(slots); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mode := Enlarge
 	if modeName == Baseline.String() {
@@ -109,7 +117,8 @@ func TestConnectionsRSSChild(t *testing.T) {
 	debug.FreeOSMemory()
 	before := rss(t)
 	start := time.Now()
-	l := newDevLab(t, &Config{Mode: mode}, n)
+	cfg.Mode = mode
+	l := newDevLab(t, &cfg, n)
 	l.pingAll(t, 100)
 	touch := func(b []byte) {
 		for i := 0; i < len(b); i += 4096 {
@@ -139,7 +148,7 @@ func TestConnectionsRSSChild(t *testing.T) {
 		writeHeapProfile(t, path)
 	}
 	fmt.Printf("RSS_PER_CONN %.1f\n", float64(after-before)/float64(n))
-	fmt.Printf("# %v conns=%d rss %d → %d B, registered %d B, %v\n", mode, n, before, after, l.registered(), time.Since(start))
+	fmt.Printf("# %v ring slots %d, conns=%d rss %d → %d B, registered %d B, %v\n", mode, l.cfg.RingSlots, n, before, after, l.registered(), time.Since(start))
 	runtime.KeepAlive(l)
 }
 
