@@ -38,6 +38,9 @@ type cmAgent struct {
 	sendFree  []int       // send slots not in flight
 	sendWait  []cmPending // MADs waiting for a send slot, oldest first
 	sendDrops atomic.Uint64
+	sent      atomic.Uint64 // MADs posted or queued (cm_stats.go)
+	resent    atomic.Uint64 // of them, resends after a response timeout
+	received  atomic.Uint64 // MADs received
 
 	listenMu  sync.Mutex // serializes listen and unlisten (they ask the daemon in between)
 	mu        sync.Mutex
@@ -69,7 +72,7 @@ type cmPeerQP struct {
 }
 
 const (
-	cmRecvSlots = 64
+	cmRecvSlots = 512 // as Linux's MAD layer (ib_mad's mad_recvq_size): a burst of REQs or DREQs finds receives posted
 	cmSendSlots = 64
 	cmSlotLen   = 40 + rdmacm.MADLen // GRH area + MAD
 	cmSendWRID  = 1 << 32            // send WR IDs have this bit; receive WR IDs are slot numbers
@@ -77,7 +80,12 @@ const (
 
 // cm returns the device's CM agent, creating QP1 on first use.
 func (d *Device) cm() (*cmAgent, error) {
-	d.cmOnce.Do(func() { d.cmAg, d.cmErr = newCMAgent(d) })
+	d.cmOnce.Do(func() {
+		d.cmAg, d.cmErr = newCMAgent(d)
+		if d.cmAg != nil {
+			d.cmLive.Store(d.cmAg)
+		}
+	})
 	if d.cmAg == nil && d.cmErr == nil {
 		return nil, fmt.Errorf("roce: qp1: %w", d.closedErr())
 	}
@@ -172,6 +180,7 @@ func GRHSource(g []byte) netip.Addr {
 // answered as Linux's CM answers it (REJ invalid service ID for a REQ to no
 // listener, REJ stale connection or silence otherwise).
 func (a *cmAgent) input(src netip.Addr, srcQP uint32, mad []byte) {
+	a.received.Add(1)
 	h, m, err := rdmacm.Decode(mad)
 	if err != nil || srcQP != 1 {
 		a.malformed.Add(1)

@@ -291,6 +291,7 @@ func (c *cmConn) exchange(ctx context.Context, mad []byte, timeout, retries uint
 				return nil, fmt.Errorf("%d tries %v apart: %w", tries+1, wait, ErrCMTimeout)
 			}
 			tries++
+			c.a.resent.Add(1)
 			if err := c.a.sendRaw(c.peer, mad); err != nil {
 				return nil, err
 			}

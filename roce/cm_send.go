@@ -39,6 +39,7 @@ func (a *cmAgent) sendRaw(peer netip.Addr, mad []byte) error {
 	if err != nil {
 		return err
 	}
+	a.sent.Add(1)
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	if len(a.sendFree) == 0 {

@@ -190,6 +190,7 @@ type Device struct {
 
 	cmOnce sync.Once // creates cmAg, QP1, on first use (cm_agent.go)
 	cmAg   *cmAgent
+	cmLive atomic.Pointer[cmAgent] // cmAg once made: CMStats reads it without making it
 	cmErr  error
 	cmReg  cmRegistrar // who else must know the service IDs listened on (nil: nobody; the daemon's clients: the daemon)
 	pmtu   wire.MTU

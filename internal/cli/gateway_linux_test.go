@@ -17,7 +17,7 @@ import (
 	"github.com/xdproce/xdproce/internal/testenv"
 )
 
-var long = flag.Bool("long", false, "run the long variants (the gateway's 200 MiB file)")
+var long = flag.Bool("long", false, "run the long variants (the gateway's 200 MiB file, 10,000 ucmatose connections)")
 
 // TestPrivilegedGateway: curl PUTs files of 0 B, 1 B and 16 MiB (200 MiB
 // with -long) through 'xdproce gateway' (with curl in member 1 of a star)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,3 +37,18 @@ func probeAFXDPSocket() (bool, string) {
 
 // bindToDevice binds a socket to an interface (SO_BINDTODEVICE).
 func bindToDevice(fd int, ifname string) error { return unix.BindToDevice(fd, ifname) }
+
+// residentBytes is the process's resident set size (VmRSS), 0 if unknown.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

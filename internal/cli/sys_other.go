@@ -18,3 +18,6 @@ func probeAFXDPSocket() (bool, string) { return false, "AF_XDP needs Linux, not 
 func bindToDevice(fd int, ifname string) error {
 	return errors.New("binding a socket to an interface needs Linux, not " + runtime.GOOS)
 }
+
+// residentBytes is 0: the resident set size is read on Linux only.
+func residentBytes() int64 { return 0 }

@@ -31,12 +31,17 @@ the REJ's reason, or RDMA_CM_EVENT_UNREACHABLE with -110, first).
 -b is the address to listen on or connect from (one of --dev's); -t sets the
 connections' traffic class; -P tcp names RDMA_PS_TCP, the only port space
 served; -m prints cmatose's migration line (there is one event channel).
-Unlike cmatose, the server prints its first line once it listens. Nothing is
-authenticated: a test tool for networks you control.
+Unlike cmatose, the server prints its first line once it listens. Up to 64
+connections are set up (and torn down) at once, all in one protection
+domain. --stats prints to stderr how fast the connections were set up, the
+resident set and Go heap before and with all of them up, and what the CM
+agent and the device hold after the teardown. Nothing is authenticated: a
+test tool for networks you control.
 
 EXAMPLES
   sudo xdproce ucmatose --dev eth1
-  sudo xdproce ucmatose --dev eth1 -s 198.51.100.2 -c 4 -C 10 -S 100`,
+  sudo xdproce ucmatose --dev eth1 -s 198.51.100.2 -c 4 -C 10 -S 100
+  sudo xdproce ucmatose --dev eth1 -s 198.51.100.2 -c 10000 --stats`,
 	Setup: setupUcmatose,
 }
 
@@ -54,9 +59,13 @@ func setupUcmatose(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 	format := fs.String("f", "ip", "address `format` (only ip)")
 	migrate := fs.Bool("m", false, "print cmatose's event channel migration line")
 	timeout := fs.Duration("connect-timeout", 2*time.Minute, "how long the client waits for each connection")
+	stats := fs.Bool("stats", false, "print the set-up rate, memory and what is left afterwards to stderr")
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce ucmatose"
 		c := &cmatose{out: env.Stdout, conns: *conns, count: *count, size: *size, migrate: *migrate}
+		if *stats {
+			c.stats = &cmatoseStats{w: env.Stderr}
+		}
 		if *size == 0 {
 			c.count = 0 // as cmatose: no message size, no messages
 		}
@@ -99,14 +108,16 @@ func setupUcmatose(fs *flag.FlagSet, env *Env) func(context.Context, []string) e
 }
 
 // cmatose is one end of a run: a node (RC queue pair, send and receive
-// CQs, one message buffer) per connection.
+// CQs, one message buffer) per connection, all in one protection domain.
 type cmatose struct {
 	out                io.Writer
 	dev                *roce.Device
+	pd                 *roce.PD
 	opts               *roce.CMOptions
 	conns, count, size int
 	migrate            bool
 	nodes              []*cmNode
+	stats              *cmatoseStats // --stats: nil without
 }
 
 type cmNode struct {
@@ -116,13 +127,20 @@ type cmNode struct {
 	k        *roce.CMConn
 }
 
+// cmatoseWindow is how many connections are being set up or torn down at
+// once (cmatose starts all of them at once; QP1 has 64 send slots and a
+// listener's backlog is 1024).
+const cmatoseWindow = 64
+
 // node makes a connection's queue pair in INIT with its receives posted
 // (as cmatose posts them before rdma_connect or rdma_accept).
 func (c *cmatose) node() (*cmNode, error) {
 	n := &cmNode{}
 	c.nodes = append(c.nodes, n)
+	if c.pd == nil {
+		c.pd = c.dev.AllocPD()
+	}
 	depth := max(c.count, 1)
-	pd := c.dev.AllocPD()
 	var err error
 	if n.scq, err = c.dev.CreateCQ(depth); err != nil {
 		return nil, err
@@ -130,10 +148,10 @@ func (c *cmatose) node() (*cmNode, error) {
 	if n.rcq, err = c.dev.CreateCQ(depth); err != nil {
 		return nil, err
 	}
-	if n.mr, err = pd.RegMR(make([]byte, max(c.size, 1)), roce.LocalWrite); err != nil {
+	if n.mr, err = c.pd.RegMR(make([]byte, max(c.size, 1)), roce.LocalWrite); err != nil {
 		return nil, err
 	}
-	if n.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: n.scq, RecvCQ: n.rcq, MaxSendWR: depth, MaxRecvWR: depth, MaxSGE: 1}); err != nil {
+	if n.qp, err = c.pd.CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: n.scq, RecvCQ: n.rcq, MaxSendWR: depth, MaxRecvWR: depth, MaxSGE: 1}); err != nil {
 		return nil, err
 	}
 	if err := n.qp.Modify(&roce.Attr{State: roce.StateInit, Access: roce.LocalWrite}, roce.AttrState|roce.AttrAccessFlags); err != nil {
@@ -194,7 +212,8 @@ func (c *cmatose) migrated() {
 	}
 }
 
-// serve accepts conns connections, sends, receives and disconnects.
+// serve accepts conns connections (up to cmatoseWindow exchanges at
+// once), sends, receives and disconnects.
 func (c *cmatose) serve(ctx context.Context, port uint16) (int, error) {
 	l, err := c.dev.ListenCM(port, c.opts)
 	if err != nil {
@@ -202,21 +221,27 @@ func (c *cmatose) serve(ctx context.Context, port uint16) (int, error) {
 	}
 	defer l.Close()
 	fmt.Fprintln(c.out, "cmatose: starting server")
-	for range c.conns {
+	c.stats.start()
+	err = inWindow(ctx, c.conns, func(ctx context.Context, i int) (func(context.Context) error, error) {
 		r, err := l.Accept(ctx)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		n, err := c.node()
-		if err == nil {
-			n.k, err = r.Accept(ctx, n.qp, nil)
-		}
 		if err != nil {
 			fmt.Fprintln(c.out, "cmatose: failing connection request")
 			r.Reject(nil) //nolint:errcheck // the error reported is err
-			return 0, err
+			return nil, err
 		}
+		return func(ctx context.Context) (err error) {
+			n.k, err = r.Accept(ctx, n.qp, nil)
+			return err
+		}, nil
+	})
+	if err != nil {
+		return 0, err
 	}
+	c.stats.established()
 	if c.count > 0 {
 		fmt.Fprintln(c.out, "initiating data transfers")
 		if err := c.sends(); err != nil {
@@ -232,42 +257,52 @@ func (c *cmatose) serve(ctx context.Context, port uint16) (int, error) {
 		}
 		fmt.Fprintln(c.out, "data transfers complete")
 	}
+	c.stats.transferred()
 	c.migrated()
 	fmt.Fprintln(c.out, "cmatose: disconnecting")
-	for _, n := range c.nodes {
-		if err := n.k.Disconnect(ctx); err != nil {
-			return 0, err
-		}
+	if err := inWindow(ctx, len(c.nodes), func(_ context.Context, i int) (func(context.Context) error, error) {
+		return c.nodes[i].k.Disconnect, nil
+	}); err != nil {
+		return 0, err
 	}
 	fmt.Fprintln(c.out, "disconnected")
 	return 0, nil
 }
 
-// client connects conns times, receives, replies and waits for the
-// server's disconnects.
+// client connects conns times (up to cmatoseWindow at once), receives,
+// replies and waits for the server's disconnects. The first REJ or timeout
+// ends the run with cmatose's line and status.
 func (c *cmatose) client(ctx context.Context, dst netip.AddrPort, timeout time.Duration) (int, error) {
 	fmt.Fprintln(c.out, "cmatose: starting client")
 	fmt.Fprintln(c.out, "cmatose: connecting")
-	for range c.conns {
+	c.stats.start()
+	err := inWindow(ctx, c.conns, func(context.Context, int) (func(context.Context) error, error) {
 		n, err := c.node()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		n.k, err = c.dev.DialCM(cctx, n.qp, dst, nil, c.opts)
-		cancel()
-		var rej *roce.CMRejectError
-		switch {
-		case errors.As(err, &rej):
-			fmt.Fprintf(c.out, "cmatose: event: RDMA_CM_EVENT_REJECTED, error: %d\n", rej.Reason)
-			return int(rej.Reason), nil
-		case errors.Is(err, roce.ErrCMTimeout), err != nil && ctx.Err() == nil && cctx.Err() != nil:
-			fmt.Fprintln(c.out, "cmatose: event: RDMA_CM_EVENT_UNREACHABLE, error: -110")
-			return -110, nil // -ETIMEDOUT, as rdma_cm reports it
-		case err != nil:
-			return 0, err
-		}
+		return func(ctx context.Context) (err error) {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			n.k, err = c.dev.DialCM(cctx, n.qp, dst, nil, c.opts)
+			if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+				err = fmt.Errorf("%w (--connect-timeout %v)", roce.ErrCMTimeout, timeout)
+			}
+			return err
+		}, nil
+	})
+	var rej *roce.CMRejectError
+	switch {
+	case errors.As(err, &rej):
+		fmt.Fprintf(c.out, "cmatose: event: RDMA_CM_EVENT_REJECTED, error: %d\n", rej.Reason)
+		return int(rej.Reason), nil
+	case errors.Is(err, roce.ErrCMTimeout):
+		fmt.Fprintln(c.out, "cmatose: event: RDMA_CM_EVENT_UNREACHABLE, error: -110")
+		return -110, nil // -ETIMEDOUT, as rdma_cm reports it
+	case err != nil:
+		return 0, err
 	}
+	c.stats.established()
 	if c.count > 0 {
 		fmt.Fprintln(c.out, "receiving data transfers")
 		if err := c.poll(ctx, true); err != nil {
@@ -279,6 +314,7 @@ func (c *cmatose) client(ctx context.Context, dst netip.AddrPort, timeout time.D
 		}
 		fmt.Fprintln(c.out, "data transfers complete")
 	}
+	c.stats.transferred()
 	c.migrated()
 	for _, n := range c.nodes { // the server disconnects once it has the replies
 		select {
@@ -290,11 +326,16 @@ func (c *cmatose) client(ctx context.Context, dst netip.AddrPort, timeout time.D
 	return 0, nil
 }
 
-// destroy takes the nodes' queue pairs down.
+// destroy takes the nodes' queue pairs down, up to cmatoseWindow at once
+// (each destroy waits for an engine round to flush its work requests).
 func (c *cmatose) destroy() {
-	for _, n := range c.nodes {
-		if n.qp != nil {
-			n.qp.Destroy() //nolint:errcheck // the run's result is reported
-		}
-	}
+	inWindow(context.Background(), len(c.nodes), func(_ context.Context, i int) (func(context.Context) error, error) { //nolint:errcheck // no step fails
+		return func(context.Context) error {
+			if q := c.nodes[i].qp; q != nil {
+				q.Destroy() //nolint:errcheck // the run's result is reported
+			}
+			return nil
+		}, nil
+	})
+	c.stats.destroyed(c.dev, c.conns)
 }
