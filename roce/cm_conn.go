@@ -24,8 +24,12 @@ type CMOptions struct {
 	MaxRetries uint8
 	// ResponderResources and InitiatorDepth are the READ/atomic requests
 	// this side accepts and issues at once (0: 16 each, as
-	// DefaultConnectOptions).
+	// DefaultConnectOptions, unless ExactResources).
 	ResponderResources, InitiatorDepth uint8
+	// ExactResources takes ResponderResources and InitiatorDepth as given,
+	// 0 included: no READ or atomic that way, as rdma_conn_param's zeros
+	// (perftest's -R on write and send tests asks for 0 and 0).
+	ExactResources bool
 	// Connect holds the queue pair attributes (nil: DefaultConnectOptions);
 	// PSNs, the remote QPN, path MTU and READ depths come from the MADs.
 	Connect *ConnectOptions
@@ -44,10 +48,10 @@ func (o *CMOptions) norm() CMOptions {
 		r.MaxRetries = 15
 	}
 	r.MaxRetries = min(r.MaxRetries, 15)
-	if r.ResponderResources == 0 {
+	if r.ResponderResources == 0 && !r.ExactResources {
 		r.ResponderResources = 16
 	}
-	if r.InitiatorDepth == 0 {
+	if r.InitiatorDepth == 0 && !r.ExactResources {
 		r.InitiatorDepth = 16
 	}
 	return r

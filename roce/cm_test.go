@@ -24,6 +24,12 @@ func cmPair(t *testing.T, p *devPair, l *roce.CMListener, reqPriv, repPriv []byt
 
 func cmPairTo(t *testing.T, p *devPair, l *roce.CMListener, dst netip.Addr, reqPriv, repPriv []byte) (x, y *side, kx, ky *roce.CMConn) {
 	t.Helper()
+	return cmPairWith(t, p, l, dst, reqPriv, repPriv, &shortCM)
+}
+
+// cmPairWith is cmPairTo with the dialer's CM options o.
+func cmPairWith(t *testing.T, p *devPair, l *roce.CMListener, dst netip.Addr, reqPriv, repPriv []byte, o *roce.CMOptions) (x, y *side, kx, ky *roce.CMConn) {
+	t.Helper()
 	x = newSide(t, p.a, roce.RC, connCfg{bufSize: 1 << 16}, 0)
 	y = newSide(t, p.b, roce.RC, connCfg{bufSize: 1 << 16}, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -46,7 +52,7 @@ func cmPairTo(t *testing.T, p *devPair, l *roce.CMListener, dst netip.Addr, reqP
 		k, err := r.Accept(ctx, y.qp, repPriv)
 		acc <- res{k, err}
 	}()
-	kx, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(dst, l.Port()), reqPriv, &shortCM)
+	kx, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(dst, l.Port()), reqPriv, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,5 +366,45 @@ func TestCMInitQP(t *testing.T) {
 	// A queue pair already connected is refused.
 	if _, err := p.a.DialCM(ctx, x.qp, netip.AddrPortFrom(addrB, 7174), nil, &shortCM); err == nil || !strings.Contains(err.Error(), "not RESET or INIT") {
 		t.Fatalf("dial with a connected queue pair: %v", err)
+	}
+}
+
+// TestCMExactResources: with ExactResources and zero READ/atomic
+// resources on both sides (perftest's -R on write tests) the queue pairs
+// come up with max_rd_atomic and max_dest_rd_atomic 0 and a READ is
+// refused at the post; without it the zeros mean 16 and a READ lands.
+func TestCMExactResources(t *testing.T) {
+	for _, exact := range []bool{true, false} {
+		p, _, _ := newPipeDevices(t, pipe.Config{})
+		o := shortCM
+		o.ExactResources = exact
+		l, err := p.b.ListenCM(7174, &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y, _, _ := cmPairWith(t, p, l, addrB, nil, nil, &o)
+		l.Close()
+		want := uint8(16)
+		if exact {
+			want = 0
+		}
+		for _, s := range []*side{x, y} {
+			if _, a := s.qp.Query(); a.MaxRdAtomic != want || a.MaxDestRdAtomic != want {
+				t.Errorf("exact %v: qp %#x max_rd_atomic %d, max_dest_rd_atomic %d, want %d", exact, s.qp.QPN(), a.MaxRdAtomic, a.MaxDestRdAtomic, want)
+			}
+		}
+		fill(y.buf[:64], 7)
+		err = x.qp.PostSend(roce.SendWR{ID: 1, Opcode: roce.WRRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{x.sge(0, 64)},
+			RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()})
+		switch {
+		case exact && err == nil:
+			t.Error("a READ posted on a queue pair connected with no READ resources")
+		case !exact && err != nil:
+			t.Errorf("READ: %v", err)
+		case !exact:
+			if wc := waitWC(t, x.scq); wc.Status != roce.WCSuccess || !bytes.Equal(x.buf[:64], y.buf[:64]) {
+				t.Errorf("READ %+v, data equal %v", wc, bytes.Equal(x.buf[:64], y.buf[:64]))
+			}
+		}
 	}
 }

@@ -70,14 +70,17 @@ func (b *bench) cmPeer(remote netip.Addr) (*toolpeer.Peer, error) {
 	return p, nil
 }
 
-// cmOptions are the CM options of the queue pairs: -m's path MTU and -x's GID, if given.
+// cmOptions are the CM options of the queue pairs: -m's path MTU and -x's GID, if given, and
+// READ/atomic resources as perftest's rdma_conn_param has them: the CM's default (16) for read
+// and atomic tests (perftest asks for its out_reads), none for the others.
 func (b *bench) cmOptions() *roce.CMOptions {
-	if b.mtu == 0 && !b.sgid.IsValid() {
-		return nil
+	o := &roce.CMOptions{ExactResources: b.test != cm.ReadBW && b.test != cm.AtomicBW}
+	if b.mtu != 0 || b.sgid.IsValid() {
+		co := roce.DefaultConnectOptions()
+		co.PathMTU, co.SGID = b.mtu, b.sgid
+		o.Connect = &co
 	}
-	co := roce.DefaultConnectOptions()
-	co.PathMTU, co.SGID = b.mtu, b.sgid
-	return &roce.CMOptions{Connect: &co}
+	return o
 }
 
 func (b *bench) clientCM(ctx context.Context, host string, port int, retry time.Duration) ([]benchResult, error) {
