@@ -42,3 +42,21 @@ func (d *Device) CMSIDR() (pending, kept, dialing int) {
 	}
 	return pending, kept, len(a.sidrOut)
 }
+
+// pending takes a request already waiting in the backlog, without
+// waiting (the fuzz target's check, at no timer's cost).
+func (b *backlog[R]) pending() (R, bool) {
+	select {
+	case r := <-b.reqs:
+		return r, true
+	default:
+		var zero R
+		return zero, false
+	}
+}
+
+// Pending returns a connection request already waiting for Accept.
+func (l *CMListener) Pending() (*CMRequest, bool) { return l.q.pending() }
+
+// Pending returns a SIDR request already waiting for Accept.
+func (l *SIDRListener) Pending() (*SIDRRequest, bool) { return l.q.pending() }
