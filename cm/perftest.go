@@ -172,15 +172,19 @@ func (t PerftestTest) String() string {
 type PerftestPlan struct {
 	PreRunHandshakes int  // including the one carrying the keys
 	Reports          bool // a handshake then xchg_bw_reports after the data phase
+	// KeyLoops are the two pre-run handshakes perftest makes once per queue pair with -q N
+	// (its loops over my_dest[i]; the others are made once, with my_dest[0]): the first and
+	// second in write, read and atomic, the first and third in send_bw and send_lat.
+	KeyLoops [2]int
 }
 
 // Plan returns the tool's plan.
 func (t PerftestTest) Plan() PerftestPlan {
 	switch t {
 	case WriteBW, ReadBW, AtomicBW:
-		return PerftestPlan{PreRunHandshakes: 3, Reports: true}
+		return PerftestPlan{PreRunHandshakes: 3, Reports: true, KeyLoops: [2]int{0, 1}}
 	case SendBW, SendLat:
-		return PerftestPlan{PreRunHandshakes: 4}
+		return PerftestPlan{PreRunHandshakes: 4, KeyLoops: [2]int{0, 2}}
 	}
 	return PerftestPlan{}
 }
@@ -459,6 +463,9 @@ type PerftestSetup struct {
 	CacheLine   uint32 // 0 = 64
 	MTU         int    // ibverbs MTU enum of this side's active MTU (3 = 1024)
 	Local       PerftestDest
+	// More are the keys of this side's other queue pairs (perftest's -q N: N-1 of them; the
+	// rdma_cm mode only). Every key handshake of the plan's KeyLoops then carries them too.
+	More []PerftestDest
 	// Connect is called with the peer's keys after the first handshake: move the QP to RTR and
 	// RTS there. The peer starts sending only after the handshakes that follow.
 	Connect func(remote PerftestDest, mtu int) error
@@ -474,9 +481,33 @@ type PerftestSetup struct {
 // handshake (then Connect), the barrier handshakes (Ready before the last). It returns the
 // peer's keys and the MTU enum both sides use.
 func (c *PerftestConn) Setup(ctx context.Context, t PerftestTest, s PerftestSetup) (PerftestDest, int, error) {
+	r, mtu, err := c.SetupQPs(ctx, t, s)
+	if len(r) == 0 {
+		return PerftestDest{}, mtu, err
+	}
+	return r[0], mtu, err
+}
+
+// SetupQPs is Setup for perftest's -q N (s.More holds the keys of queue pairs 2 to N): the
+// handshakes of the plan's KeyLoops run once per queue pair, and it returns the peer's keys
+// for each, in order.
+func (c *PerftestConn) SetupQPs(ctx context.Context, t PerftestTest, s PerftestSetup) ([]PerftestDest, int, error) {
 	plan := t.Plan()
 	if plan.PreRunHandshakes == 0 {
-		return PerftestDest{}, 0, fmt.Errorf("cm: perftest: unknown test %v", t)
+		return nil, 0, fmt.Errorf("cm: perftest: unknown test %v", t)
+	}
+	if len(s.More) > 0 && c.msgs == nil {
+		return nil, 0, fmt.Errorf("cm: perftest: more than one queue pair needs the rdma_cm mode")
+	}
+	remotes := make([]PerftestDest, 1+len(s.More))
+	loop := func(ctx context.Context) error { // the key handshakes of queue pairs 2..N
+		for i, d := range s.More {
+			var err error
+			if remotes[1+i], err = c.HandShake(ctx, d); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if s.CycleBuffer == 0 {
 		s.CycleBuffer = 4096
@@ -485,43 +516,52 @@ func (c *PerftestConn) Setup(ctx context.Context, t PerftestTest, s PerftestSetu
 		s.CacheLine = 64
 	}
 	if _, err := c.ExchangeVersions(ctx, s.Version); err != nil {
-		return PerftestDest{}, 0, err
+		return nil, 0, err
 	}
 	if _, _, _, err := c.ExchangeSysData(ctx, s.CycleBuffer, s.CacheLine); err != nil {
-		return PerftestDest{}, 0, err
+		return nil, 0, err
 	}
 	mtu, err := c.ExchangeMTU(ctx, s.MTU)
 	if err != nil {
-		return PerftestDest{}, 0, err
+		return nil, 0, err
 	}
 	if c.msgs != nil {
 		if err := c.cmConnect(ctx, s.CMConnect); err != nil {
-			return PerftestDest{}, mtu, err
+			return nil, mtu, err
 		}
 	}
 	remote, err := c.keyHandShake(ctx, s.Local)
-	if err != nil {
-		return PerftestDest{}, 0, err
+	if err == nil {
+		err = loop(ctx)
 	}
+	if err != nil {
+		return nil, 0, err
+	}
+	remotes[0] = remote
 	if remote.NoGID != s.Local.NoGID {
-		return remote, mtu, fmt.Errorf("cm: perftest: %w: the peer's key message has %s GID", ErrProtocol, map[bool]string{true: "no", false: "a"}[remote.NoGID])
+		return remotes, mtu, fmt.Errorf("cm: perftest: %w: the peer's key message has %s GID", ErrProtocol, map[bool]string{true: "no", false: "a"}[remote.NoGID])
 	}
 	if s.Connect != nil {
 		if err := s.Connect(remote, mtu); err != nil {
-			return remote, mtu, fmt.Errorf("cm: perftest: connect: %w", err)
+			return remotes, mtu, fmt.Errorf("cm: perftest: connect: %w", err)
 		}
 	}
 	for i := 1; i < plan.PreRunHandshakes; i++ {
 		if i == plan.PreRunHandshakes-1 && s.Ready != nil {
 			if err := s.Ready(); err != nil {
-				return remote, mtu, fmt.Errorf("cm: perftest: ready: %w", err)
+				return remotes, mtu, fmt.Errorf("cm: perftest: ready: %w", err)
 			}
 		}
 		if _, err := c.HandShake(ctx, s.Local); err != nil {
-			return remote, mtu, err
+			return remotes, mtu, err
+		}
+		if i == plan.KeyLoops[1] {
+			if err := loop(ctx); err != nil {
+				return remotes, mtu, err
+			}
 		}
 	}
-	return remote, mtu, nil
+	return remotes, mtu, nil
 }
 
 // Finish runs every step after the data phase of test t and closes the connection: for the

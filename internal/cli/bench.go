@@ -41,11 +41,12 @@ RDMA CM (-R)
 -R is perftest's -R (every test): the client connects a control
 queue pair to the server's rdma_cm port (--port, 18515; RDMA_PS_TCP) through
 the RDMA CM and runs perftest's exchange on it as SENDs, then connects the
-test queue pair through a second CM connection to the same port; afterwards
-the client disconnects both. The peer may be perftest's tool with -R or
-xdproce with -R. Nothing is agreed: give both ends the same --size and
---iters, as with perftest (a mismatch ends in an error within the run's
-bound). One queue pair, one size, by iterations. The client asks again
+test queue pair through a second CM connection to the same port (with -q N,
+N test queue pairs, one CM connection each, all running at once); afterwards
+the client disconnects them all. The peer may be perftest's tool with -R or
+xdproce with -R. Nothing is agreed: give both ends the same --size, --iters
+and -q, as with perftest (a mismatch ends in an error within the run's
+bound). One size, by iterations; lat runs one queue pair. The client asks again
 while the server answers that nothing listens (for --connect-timeout).
 
 TWO XDPROCE ENDS AGREE
@@ -168,7 +169,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	gbits := fs.Bool("report_gbits", false, "perftest's --report_gbits: with --perftest, bandwidth in Gb/s instead of MB/s")
 	seconds := fs.Int("D", 0, "perftest's -D: run about this many `seconds` (runs growing from 100 messages, then the rest of the time at their rate; xdproce at both ends)")
 	sweep := fs.Bool("a", false, "perftest's -a: every size from 2 B to 8 MiB (powers of two), one run and one row each (xdproce at both ends)")
-	rdmaCM := fs.Bool("R", false, "perftest's -R: connect through the RDMA CM and run the exchange over a control queue pair (one queue pair; nothing agreed)")
+	rdmaCM := fs.Bool("R", false, "perftest's -R: connect through the RDMA CM and run the exchange over a control queue pair (nothing agreed)")
 	jsonOut := fs.Bool("json", false, "print the result as JSON")
 	atomicOp := fs.String("atomic-op", "fetch_add", "atomic operation: fetch_add or cmp_swap")
 	atomicType := fs.String("atomic-type", "", "atomic operation by perftest's -A `name`: FETCH_AND_ADD or CMP_AND_SWAP (instead of --atomic-op)")

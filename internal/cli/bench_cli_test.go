@@ -30,7 +30,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "write", "--dev", "lo", "--iters", "0"}, "--iters 0: want at least 1"},
 		{[]string{"bench", "lat", "--dev", "lo", "-n", "0"}, "--iters 0: want at least 1"},
 		{[]string{"bench", "write", "--dev", "lo", "-q", "0"}, "--qps 0"},
-		{[]string{"bench", "write", "--dev", "lo", "-R", "-q", "2"}, "-R runs one queue pair"},
+		{[]string{"bench", "lat", "--dev", "lo", "-R", "-q", "2"}, "-R lat runs one queue pair"},
 		{[]string{"bench", "write", "--dev", "lo", "-R", "-a"}, "-R runs one size by iterations"},
 		{[]string{"bench", "send", "--dev", "lo", "-R", "-D", "3"}, "-R runs one size by iterations"},
 		{[]string{"bench", "write", "--dev", "lo", "-R", "--mode", "ooo"}, "-R: --mode ooo needs xdproce's own exchange"},

@@ -32,12 +32,13 @@ const cmControlWait = 15 * time.Second
 // cmDisconnectWait bounds the server's wait for the client's disconnects and each DREQ.
 const cmDisconnectWait = 5 * time.Second
 
-// checkBenchCM checks the flags -R runs with: one queue pair, one size by iterations, the same
-// values given at both ends (nothing is agreed).
+// checkBenchCM checks the flags -R runs with: one size by iterations, -q N for bandwidth tests
+// only (perftest's latency tests run one queue pair), the same values given at both ends
+// (nothing is agreed).
 func checkBenchCM(cmd, test string, qps int, sweep bool, seconds int, mode string) error {
 	switch {
-	case qps != 1:
-		return usageErrorf(cmd, "-R runs one queue pair (--qps %d)", qps)
+	case qps != 1 && test == "lat":
+		return usageErrorf(cmd, "-R lat runs one queue pair (--qps %d)", qps)
 	case sweep, seconds != 0:
 		return usageErrorf(cmd, "-R runs one size by iterations (not -a or -D)")
 	case mode != cm.ModeRC:
@@ -46,15 +47,37 @@ func checkBenchCM(cmd, test string, qps int, sweep bool, seconds int, mode strin
 	return nil
 }
 
-// cmPeer is the test queue pair's peer for a run whose control connection goes to or comes
-// from remote: its GID is the local address the route to remote takes (or -x's).
-func (b *bench) cmPeer(remote netip.Addr) (*toolpeer.Peer, error) {
+// cmPeers are the test queue pairs' peers (--qps of them, in one protection domain: perftest's
+// connections may pair its i-th queue pair with the j-th here, and its WRITEs carry the i-th
+// key) for a run whose control connection goes to or comes from remote. Their GID is the local
+// address the route to remote takes (or -x's).
+func (b *bench) cmPeers(remote netip.Addr) (peers []*toolpeer.Peer, err error) {
 	var local net.Addr = &net.TCPAddr{}
 	if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(remote, 9))); err == nil {
 		local = &net.TCPAddr{IP: c.LocalAddr().(*net.UDPAddr).IP}
 		c.Close()
 	}
-	p, err := b.peer(local)
+	pd := b.dev.AllocPD()
+	for range b.qps {
+		p, err := b.cmPeer(local, pd)
+		if err != nil {
+			destroyPeers(peers)
+			return nil, err
+		}
+		peers = append(peers, p)
+	}
+	return peers, nil
+}
+
+func destroyPeers(peers []*toolpeer.Peer) {
+	for _, p := range peers {
+		p.QP.Destroy() //nolint:errcheck // the run's result is reported
+	}
+}
+
+// cmPeer is one test queue pair's peer.
+func (b *bench) cmPeer(local net.Addr, pd *roce.PD) (*toolpeer.Peer, error) {
+	p, err := b.peerIn(local, pd)
 	if err != nil {
 		return nil, err
 	}
@@ -103,21 +126,27 @@ func (b *bench) clientCM(ctx context.Context, host string, port int, retry time.
 		return nil, fmt.Errorf("-R: control connection: %w", err)
 	}
 	defer disconnectCM(kc)
-	p, err := b.cmPeer(dst.Addr())
+	peers, err := b.cmPeers(dst.Addr())
 	if err != nil {
 		return nil, err
 	}
-	defer p.QP.Destroy()
-	var kt *roce.CMConn
-	connect := func() error {
-		kt, err = dialCMRetry(ctx, b.dev, p.QP, dst, b.cmOptions(), cmTestRetry)
-		return err
+	defer destroyPeers(peers)
+	var kts []*roce.CMConn
+	connect := func() error { // one CM connection per test queue pair, in order
+		for _, p := range peers {
+			kt, err := dialCMRetry(ctx, b.dev, p.QP, dst, b.cmOptions(), cmTestRetry)
+			if err != nil {
+				return err
+			}
+			kts = append(kts, kt)
+		}
+		return nil
 	}
-	bctx, cancel := withBudget(ctx, b.budgetBase, b.size, b.iters, 1)
+	bctx, cancel := withBudget(ctx, b.budgetBase, b.size, b.iters, b.qps)
 	defer cancel()
-	res, err := p.PerftestCM(bctx, ctrl, true, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
+	res, err := toolpeer.PerftestCMQPs(bctx, peers, ctrl, true, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
 	err = budgetErr(bctx, err)
-	if kt != nil {
+	for _, kt := range kts {
 		disconnectCM(kt)
 	}
 	return b.stockResult(res, err, true)
@@ -144,17 +173,17 @@ func (b *bench) serverCM(ctx context.Context, port int) ([]benchResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-R: control connection: %w", err)
 	}
-	p, err := b.cmPeer(req.Remote.Addr())
+	peers, err := b.cmPeers(req.Remote.Addr())
 	if err != nil {
 		disconnectCM(kc)
 		return nil, err
 	}
-	defer p.QP.Destroy()
-	bctx, cancel := withBudget(ctx, b.budgetBase, b.size, b.iters, 1)
+	defer destroyPeers(peers)
+	bctx, cancel := withBudget(ctx, b.budgetBase, b.size, b.iters, b.qps)
 	defer cancel()
-	var kt *roce.CMConn
-	connect := func() error {
-		for {
+	var kts []*roce.CMConn
+	connect := func() error { // the test queue pairs' connections, in the order they come
+		for len(kts) < len(peers) {
 			r, err := l.Accept(bctx)
 			if err != nil {
 				return err
@@ -163,18 +192,19 @@ func (b *bench) serverCM(ctx context.Context, port int) ([]benchResult, error) {
 				r.Reject(nil) //nolint:errcheck // the other client is told no either way
 				continue
 			}
-			kt, err = r.Accept(bctx, p.QP, nil)
-			return err
+			kt, err := r.Accept(bctx, peers[len(kts)].QP, nil)
+			if err != nil {
+				return err
+			}
+			kts = append(kts, kt)
 		}
+		return nil
 	}
-	res, err := p.PerftestCM(bctx, ctrl, false, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
+	res, err := toolpeer.PerftestCMQPs(bctx, peers, ctrl, false, b.test, b.size, b.iters, int(b.pathMTU()), b.op, connect)
 	err = budgetErr(bctx, err)
-	// perftest's client disconnects the test connection, then the control one: wait for it,
+	// perftest's client disconnects the test connections, then the control one: wait for it,
 	// then disconnect what is left (nothing, usually).
-	for _, k := range []*roce.CMConn{kt, kc} {
-		if k == nil {
-			continue
-		}
+	for _, k := range append(kts, kc) {
 		if err == nil {
 			select {
 			case <-k.Done():

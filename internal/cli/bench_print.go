@@ -17,12 +17,13 @@ import (
 // client's measurement (peer) as perftest does, except for lat, whose
 // latencies only the client has.
 func (b *bench) summarise(role string, rs []toolpeer.PerftestResult, peer bool) benchResult {
-	r := benchResult{Schema: 1, Test: b.name, Role: role, Bytes: b.size, Iters: b.iters, QPs: len(rs),
+	r := benchResult{Schema: 1, Test: b.name, Role: role, Bytes: b.size, Iters: b.iters,
 		Link: b.dev.LinkName(), PathMTU: b.pathMTU().Bytes()}
 	var lat []time.Duration
 	var longest time.Duration
 	var peerBW, peerRate float64
 	for _, x := range rs {
+		r.QPs += 1 + len(x.MoreLocal) // -R -q N: one result for N queue pairs
 		longest = max(longest, x.Elapsed)
 		lat = append(lat, x.Latencies...)
 		// perftest's MB is 2^20 bytes.
@@ -33,7 +34,7 @@ func (b *bench) summarise(role string, rs []toolpeer.PerftestResult, peer bool) 
 	if peer && peerRate > 0 {
 		r.BW, r.Rate = peerBW, peerRate
 	} else if r.Seconds > 0 {
-		msgs := float64(b.iters) * float64(len(rs))
+		msgs := float64(b.iters) * float64(r.QPs)
 		r.BW = msgs * float64(b.size) * 8 / r.Seconds / 1e9
 		r.Rate = msgs / r.Seconds / 1e6
 	}
@@ -81,10 +82,12 @@ var perftestTitles = map[cm.PerftestTest]string{
 func printPerftest(env *Env, b *bench, client, gbits bool) {
 	line := strings.Repeat("-", 87)
 	res := b.results[0]
+	qps := 1 + len(res.MoreLocal)
 	if !client && b.test == cm.SendBW && res.Report.Iters == 0 && res.Elapsed > 0 {
 		sec := res.Elapsed.Seconds()
-		mbs := float64(b.size) * float64(b.iters) / sec / (1 << 20)
-		res.Report = cm.PerftestReport{Size: uint64(b.size), Iters: uint64(b.iters), BWPeak: mbs, BWAvg: mbs, MsgRate: float64(b.iters) / sec / 1e6}
+		msgs := float64(b.iters) * float64(qps)
+		mbs := float64(b.size) * msgs / sec / (1 << 20)
+		res.Report = cm.PerftestReport{Size: uint64(b.size), Iters: uint64(b.iters), BWPeak: mbs, BWAvg: mbs, MsgRate: msgs / sec / 1e6}
 	}
 	title := perftestTitles[b.test]
 	if b.test == cm.AtomicBW {
@@ -93,7 +96,7 @@ func printPerftest(env *Env, b *bench, client, gbits bool) {
 	w := env.Stdout
 	fmt.Fprintln(w, line)
 	fmt.Fprintf(w, "%20s%s\n", "", title)
-	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", qps)
 	fmt.Fprintf(w, " Connection type : RC\t\tDevice         : %s\n", b.dev.Name())
 	fmt.Fprintf(w, " Mtu             : %d[B]\n", roce.MTU(res.MTU).Bytes())
 	fmt.Fprintf(w, " Link type       : Ethernet (%s)\n", b.dev.LinkName())

@@ -48,7 +48,11 @@ const perftestCycleMax = 64 << 10
 // peer makes a queue pair, its CQ and buffer for one connection. Its first
 // PSN is the tag by which another xdproce recognises it (cm.TagPSN).
 func (b *bench) peer(local net.Addr) (*toolpeer.Peer, error) {
-	pd := b.dev.AllocPD()
+	return b.peerIn(local, b.dev.AllocPD())
+}
+
+// peerIn is peer with its queue pair and buffer in pd.
+func (b *bench) peerIn(local net.Addr, pd *roce.PD) (*toolpeer.Peer, error) {
 	depth := min(b.iters+256, roce.MaxCQDepth)
 	cq, err := b.dev.CreateCQ(depth)
 	if err != nil {

@@ -23,7 +23,7 @@ func TestPrivilegedUcmatoseMany(t *testing.T) {
 	testenv.Privileged(t)
 	n, budget := 1_000, 3*time.Minute
 	if *long {
-		n, budget = 10_000, 10*time.Minute
+		n, budget = 10_000, 8*time.Minute
 	}
 	topo := netlab.Pair(t, netlab.LinkConfig{})
 	ctx, cancel := context.WithTimeout(t.Context(), budget)

@@ -2,10 +2,12 @@ package toolpeer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/xdproce/xdproce/cm"
@@ -23,10 +25,12 @@ const (
 // PerftestResult is what a perftest run did.
 type PerftestResult struct {
 	Local, Remote cm.PerftestDest
-	MTU           int               // ibverbs MTU enum both sides use
-	Report        cm.PerftestReport // this side's measurement (a client's; zero for a server)
-	PeerReport    cm.PerftestReport // what the peer sent (the client's, on a server)
-	Elapsed       time.Duration
+	// MoreLocal and MoreRemote are the keys of queue pairs 2 to N of a run with perftest's -q N.
+	MoreLocal, MoreRemote []cm.PerftestDest
+	MTU                   int               // ibverbs MTU enum both sides use
+	Report                cm.PerftestReport // this side's measurement (a client's; zero for a server)
+	PeerReport            cm.PerftestReport // what the peer sent (the client's, on a server)
+	Elapsed               time.Duration
 	// Latencies of ib_send_lat on the client: half of each round trip, as perftest reports.
 	Latencies []time.Duration
 }
@@ -53,7 +57,13 @@ func (r PerftestResult) Lines(test cm.PerftestTest) []string {
 		}
 		return []string{l, g}
 	}
-	lines := append(addr("local", r.Local), addr("remote", r.Remote)...)
+	var lines []string
+	for _, d := range append([]cm.PerftestDest{r.Local}, r.MoreLocal...) {
+		lines = append(lines, addr("local", d)...)
+	}
+	for _, d := range append([]cm.PerftestDest{r.Remote}, r.MoreRemote...) {
+		lines = append(lines, addr("remote", d)...)
+	}
 	if test == cm.SendLat {
 		lines = append(lines, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
 		if len(r.Latencies) > 0 {
@@ -125,15 +135,31 @@ func (p *Peer) Perftest(ctx context.Context, conn net.Conn, client bool, test cm
 // handshakes of zero keys) connects p.QP through the RDMA CM (the client dials, the server
 // accepts). The caller disconnects both afterwards.
 func (p *Peer) PerftestCM(ctx context.Context, ctrl cm.PerftestMessages, client bool, test cm.PerftestTest, size, iters, mtu int, op AtomicOp, connect func() error) (PerftestResult, error) {
-	pc := cm.NewPerftestCMConn(ctrl, client)
-	return p.perftest(ctx, pc, test, size, iters, mtu, op, func(s *cm.PerftestSetup) { s.CMConnect = connect }, func() {})
+	return PerftestCMQPs(ctx, []*Peer{p}, ctrl, client, test, size, iters, mtu, op, connect)
 }
 
-// perftest runs the test over pc; connect puts the step that connects the queue pair into the
-// setup, abort ends the exchange after a failed data phase.
+// PerftestCMQPs is PerftestCM with perftest's -q N: peers are the N test queue pairs (connect
+// connects all of them), each runs iters operations at once with the others (bandwidth tests
+// only), and the report counts all of them.
+func PerftestCMQPs(ctx context.Context, peers []*Peer, ctrl cm.PerftestMessages, client bool, test cm.PerftestTest, size, iters, mtu int, op AtomicOp, connect func() error) (PerftestResult, error) {
+	pc := cm.NewPerftestCMConn(ctrl, client)
+	return perftest(ctx, peers, pc, test, size, iters, mtu, op, func(s *cm.PerftestSetup) { s.CMConnect = connect }, func() {})
+}
+
 func (p *Peer) perftest(ctx context.Context, pc *cm.PerftestConn, test cm.PerftestTest, size, iters, mtu int, op AtomicOp,
 	connect func(*cm.PerftestSetup), abort func()) (PerftestResult, error) {
+	return perftest(ctx, []*Peer{p}, pc, test, size, iters, mtu, op, connect, abort)
+}
+
+// perftest runs the test over pc on peers (one per queue pair); connect puts the step that
+// connects the queue pairs into the setup, abort ends the exchange after a failed data phase.
+func perftest(ctx context.Context, peers []*Peer, pc *cm.PerftestConn, test cm.PerftestTest, size, iters, mtu int, op AtomicOp,
+	connect func(*cm.PerftestSetup), abort func()) (PerftestResult, error) {
 	var res PerftestResult
+	p := peers[0]
+	if len(peers) > 1 && test == cm.SendLat {
+		return res, fmt.Errorf("toolpeer: perftest: %v runs one queue pair (%d given)", test, len(peers))
+	}
 	if test == cm.AtomicBW {
 		size = 8
 		if op == "" {
@@ -150,35 +176,48 @@ func (p *Peer) perftest(ctx context.Context, pc *cm.PerftestConn, test cm.Perfte
 	if test == cm.SendLat {
 		need = 2 * size
 	}
-	if err := p.check(need); err != nil {
-		return res, err
+	locals := make([]cm.PerftestDest, len(peers))
+	for i, p := range peers {
+		if err := p.check(need); err != nil {
+			return res, err
+		}
+		if p.MR.Addr()%8 != 0 && test == cm.AtomicBW {
+			return res, fmt.Errorf("toolpeer: perftest: atomics need an 8-byte aligned buffer")
+		}
+		outReads := p.OutReads
+		if outReads == 0 {
+			outReads = 16
+		}
+		locals[i] = cm.PerftestDest{OutReads: outReads, QPN: p.QP.QPN(), PSN: p.psn(), RKey: p.MR.RKey(), VAddr: p.MR.Addr(), GID: p.GID, GIDIndex: p.GIDIndex}
 	}
-	if p.MR.Addr()%8 != 0 && test == cm.AtomicBW {
-		return res, fmt.Errorf("toolpeer: perftest: atomics need an 8-byte aligned buffer")
-	}
-	outReads := p.OutReads
-	if outReads == 0 {
-		outReads = 16
-	}
-	res.Local = cm.PerftestDest{OutReads: outReads, QPN: p.QP.QPN(), PSN: p.psn(), RKey: p.MR.RKey(), VAddr: p.MR.Addr(), GID: p.GID, GIDIndex: p.GIDIndex}
-	setup := cm.PerftestSetup{MTU: mtu, Local: res.Local,
+	res.Local, res.MoreLocal = locals[0], locals[1:]
+	setup := cm.PerftestSetup{MTU: mtu, Local: res.Local, More: res.MoreLocal,
 		Ready: func() error {
-			if test == cm.SendLat || (test == cm.SendBW && !pc.Client) {
-				return p.postRecvs(iters, 0, size)
+			for _, p := range peers {
+				if test == cm.SendLat || (test == cm.SendBW && !pc.Client) {
+					if err := p.postRecvs(iters, 0, size); err != nil {
+						return err
+					}
+				}
 			}
 			return nil
 		}}
 	connect(&setup)
-	var err error
-	res.Remote, res.MTU, err = pc.Setup(ctx, test, setup)
+	remotes, mtu, err := pc.SetupQPs(ctx, test, setup)
 	if err != nil {
 		return res, err
 	}
+	res.Remote, res.MoreRemote, res.MTU = remotes[0], remotes[1:], mtu
 	t0 := time.Now()
-	if pc.Client {
+	if len(peers) == 1 && pc.Client {
 		err = p.perftestClient(ctx, test, res.Remote, size, iters, op, &res.Latencies)
 	} else {
-		err = p.perftestServer(ctx, test, size, iters)
+		err = eachPeer(peers, func(i int, p *Peer) error {
+			if pc.Client {
+				return p.perftestClient(ctx, test, remotes[i], size, iters, op, nil)
+			}
+			return p.perftestServer(ctx, test, size, iters)
+		})
 	}
 	res.Elapsed = time.Since(t0)
 	if err != nil {
@@ -186,9 +225,9 @@ func (p *Peer) perftest(ctx context.Context, pc *cm.PerftestConn, test cm.Perfte
 		return res, err
 	}
 	if pc.Client {
-		sec := res.Elapsed.Seconds()
-		mbs := float64(size) * float64(iters) / sec / (1 << 20) // perftest's MB is 2^20 bytes
-		res.Report = cm.PerftestReport{Size: uint64(size), Iters: uint64(iters), BWPeak: mbs, BWAvg: mbs, MsgRate: float64(iters) / sec / 1e6}
+		sec, n := res.Elapsed.Seconds(), float64(len(peers))
+		mbs := n * float64(size) * float64(iters) / sec / (1 << 20) // perftest's MB is 2^20 bytes
+		res.Report = cm.PerftestReport{Size: uint64(size), Iters: uint64(iters), BWPeak: mbs, BWAvg: mbs, MsgRate: n * float64(iters) / sec / 1e6}
 	}
 	res.PeerReport, err = pc.Finish(ctx, test, res.Local, res.Report)
 	return res, err
@@ -284,4 +323,15 @@ func (p *Peer) perftestServer(ctx context.Context, test cm.PerftestTest, size, i
 	}
 	// WRITE, READ and atomics: the client does the work; the closing handshake waits for it.
 	return nil
+}
+
+// eachPeer runs f on every peer at once and returns the first error.
+func eachPeer(peers []*Peer, f func(i int, p *Peer) error) error {
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() { errs[i] = f(i, p) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
