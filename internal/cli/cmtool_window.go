@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -98,7 +99,9 @@ func (s *cmatoseStats) destroyed(dev *roce.Device, n int) {
 		return
 	}
 	end := time.Now()
-	rss, heap := residentBytes(), heapBytes()
+	heap := heapBytes()
+	debug.FreeOSMemory() // what the runtime keeps but does not use is not the connections'
+	rss := residentBytes()
 	cs, ds := dev.CMStats(), dev.Stats()
 	up := s.up.Sub(s.t0)
 	fmt.Fprintf(s.w, "ucmatose: %d connections established in %v (%.0f connections/s), data in %v, torn down in %v\n",

@@ -169,23 +169,37 @@ func (n *cmNode) sge(length int) []roce.SGE {
 	return []roce.SGE{{Addr: n.mr.Addr(), Length: uint32(length), LKey: n.mr.LKey()}}
 }
 
-// sends posts count signaled SENDs on every node (sq_sig_all).
-func (c *cmatose) sends() error {
-	for _, n := range c.nodes {
-		for i := range c.count {
-			if err := n.qp.PostSend(roce.SendWR{ID: uint64(i), Opcode: roce.WRSend, Flags: roce.Signaled, SGL: n.sge(c.size)}); err != nil {
-				return err
+// cmatoseSendNodes is how many nodes' SENDs are outstanding at once.
+// cmatose posts every node's at once; thousands of connections doing so
+// here sent a burst (100,000 SENDs for -c 10000) that overran the peer's
+// receive ring, and the go-back-N resends of every queue pair, timed
+// alike, overran it again until their retries ran out.
+const cmatoseSendNodes = 128
+
+// sends posts count signaled SENDs on every node (sq_sig_all) and waits
+// for their completions, cmatoseSendNodes nodes at a time.
+func (c *cmatose) sends(ctx context.Context) error {
+	for lo := 0; lo < len(c.nodes); lo += cmatoseSendNodes {
+		nodes := c.nodes[lo:min(lo+cmatoseSendNodes, len(c.nodes))]
+		for _, n := range nodes {
+			for i := range c.count {
+				if err := n.qp.PostSend(roce.SendWR{ID: uint64(i), Opcode: roce.WRSend, Flags: roce.Signaled, SGL: n.sge(c.size)}); err != nil {
+					return err
+				}
 			}
+		}
+		if err := c.poll(ctx, nodes, false); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// poll waits for count successful completions on every node's send or
+// poll waits for count successful completions on each node's send or
 // receive CQ.
-func (c *cmatose) poll(ctx context.Context, recv bool) error {
+func (c *cmatose) poll(ctx context.Context, nodes []*cmNode, recv bool) error {
 	wcs := make([]roce.WC, 8)
-	for _, n := range c.nodes {
+	for _, n := range nodes {
 		cq := n.scq
 		if recv {
 			cq = n.rcq
@@ -244,15 +258,12 @@ func (c *cmatose) serve(ctx context.Context, port uint16) (int, error) {
 	c.stats.established()
 	if c.count > 0 {
 		fmt.Fprintln(c.out, "initiating data transfers")
-		if err := c.sends(); err != nil {
-			return 0, err
-		}
 		fmt.Fprintln(c.out, "completing sends")
-		if err := c.poll(ctx, false); err != nil {
+		if err := c.sends(ctx); err != nil {
 			return 0, err
 		}
 		fmt.Fprintln(c.out, "receiving data transfers")
-		if err := c.poll(ctx, true); err != nil {
+		if err := c.poll(ctx, c.nodes, true); err != nil {
 			return 0, err
 		}
 		fmt.Fprintln(c.out, "data transfers complete")
@@ -305,11 +316,11 @@ func (c *cmatose) client(ctx context.Context, dst netip.AddrPort, timeout time.D
 	c.stats.established()
 	if c.count > 0 {
 		fmt.Fprintln(c.out, "receiving data transfers")
-		if err := c.poll(ctx, true); err != nil {
+		if err := c.poll(ctx, c.nodes, true); err != nil {
 			return 0, err
 		}
 		fmt.Fprintln(c.out, "sending replies")
-		if err := c.sends(); err != nil {
+		if err := c.sends(ctx); err != nil {
 			return 0, err
 		}
 		fmt.Fprintln(c.out, "data transfers complete")
