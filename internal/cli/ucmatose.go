@@ -338,12 +338,21 @@ func (c *cmatose) client(ctx context.Context, dst netip.AddrPort, timeout time.D
 }
 
 // destroy takes the nodes' queue pairs down, up to cmatoseWindow at once
-// (each destroy waits for an engine round to flush its work requests).
+// (each destroy waits for an engine round to flush its work requests). A
+// connection still up (a run that failed) is disconnected first, as the
+// kernel's rdma_cm does for a process that exits, so the peer stops
+// waiting.
 func (c *cmatose) destroy() {
 	inWindow(context.Background(), len(c.nodes), func(_ context.Context, i int) (func(context.Context) error, error) { //nolint:errcheck // no step fails
-		return func(context.Context) error {
-			if q := c.nodes[i].qp; q != nil {
-				q.Destroy() //nolint:errcheck // the run's result is reported
+		return func(ctx context.Context) error {
+			n := c.nodes[i]
+			if n.k != nil {
+				ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				n.k.Disconnect(ctx) //nolint:errcheck // best effort: nil once disconnected
+				cancel()
+			}
+			if n.qp != nil {
+				n.qp.Destroy() //nolint:errcheck // the run's result is reported
 			}
 			return nil
 		}, nil
