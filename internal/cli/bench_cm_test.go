@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -389,7 +390,8 @@ func TestBenchCMMatchesRxe(t *testing.T) {
 // TestPrivilegedBenchCM: `xdproce bench {write,read,send} -R` server and client (the real
 // binary) in two namespaces over AF_XDP, 4096 B x 200: both exit 0 with the client's size and
 // iterations in their JSON line (write with --perftest: perftest's table, its rdma_cm lines);
-// the server's capture holds both CM connections and their disconnects.
+// send runs -q 3 (three queue pairs in the JSON line); the server's capture holds the control
+// connection and one per test queue pair, and their disconnects.
 func TestPrivilegedBenchCM(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
@@ -402,7 +404,11 @@ func TestPrivilegedBenchCM(t *testing.T) {
 			if name == "write" {
 				out = "--perftest"
 			}
-			args := []string{"bench", name, "-R", "--link", "xsk", "--size", "4096", "--iters", "200", out}
+			qps := 1
+			if name == "send" {
+				qps = 3 // -R -q 3: a CM connection per test queue pair
+			}
+			args := []string{"bench", name, "-R", "--link", "xsk", "--size", "4096", "--iters", "200", "-q", strconv.Itoa(qps), out}
 			so, se, done := startServerAt(t, ctx, topo.A.NS.Command(ctx, binary, append(args, "--dev", topo.A.Name, "--capture", capPath)...),
 				"waiting for the client on rdma_cm port 18515")
 			r := runCmd(t, topo.B.NS.Command(ctx, binary, append(args, "--dev", topo.B.Name, topo.A.IPv4.String())...))
@@ -416,12 +422,12 @@ func TestPrivilegedBenchCM(t *testing.T) {
 					continue
 				}
 				var res benchResult
-				if err := json.Unmarshal([]byte(o), &res); err != nil || res.Bytes != 4096 || res.Iters != 200 || res.Test != name {
+				if err := json.Unmarshal([]byte(o), &res); err != nil || res.Bytes != 4096 || res.Iters != 200 || res.Test != name || res.QPs != qps {
 					t.Errorf("%s: %v: %s", who, err, o)
 				}
 			}
 			d := runBinary(t, "dump", capPath)
-			for w, n := range map[string]int{"CM REQ": 2, "CM REP": 2, "CM RTU": 2, "CM DREQ": 2, "CM DREP": 2} {
+			for w, n := range map[string]int{"CM REQ": 1 + qps, "CM REP": 1 + qps, "CM RTU": 1 + qps, "CM DREQ": 1 + qps, "CM DREP": 1 + qps} {
 				if got := strings.Count(d.stdout, w+" "); got < n {
 					t.Errorf("server capture: %d %s, want %d:\n%s", got, w, n, d.stdout)
 				}
