@@ -249,8 +249,8 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if err != nil {
 			return err
 		}
-		if *perftest && *qps != 1 {
-			return usageErrorf(cmd, "--perftest runs one queue pair, as the perftest tools without -q (--qps %d)", *qps)
+		if *perftest && *qps != 1 && !*rdmaCM {
+			return usageErrorf(cmd, "--perftest runs one queue pair, as the perftest tools without -q (--qps %d; -R runs more)", *qps)
 		}
 		if *perftest && *jsonOut {
 			return usageErrorf(cmd, "--perftest and --json exclude each other")

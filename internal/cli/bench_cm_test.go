@@ -389,9 +389,10 @@ func TestBenchCMMatchesRxe(t *testing.T) {
 
 // TestPrivilegedBenchCM: `xdproce bench {write,read,send} -R` server and client (the real
 // binary) in two namespaces over AF_XDP, 4096 B x 200: both exit 0 with the client's size and
-// iterations in their JSON line (write with --perftest: perftest's table, its rdma_cm lines);
-// send runs -q 3 (three queue pairs in the JSON line); the server's capture holds the control
-// connection and one per test queue pair, and their disconnects.
+// iterations in their JSON line (write with --perftest and -q 2: perftest's table with two
+// queue pairs' addresses and 400 iterations, its rdma_cm lines; send with -q 3: three queue
+// pairs in the JSON line); the server's capture holds the control connection and one per test
+// queue pair, and their disconnects.
 func TestPrivilegedBenchCM(t *testing.T) {
 	testenv.Privileged(t)
 	topo := netlab.Pair(t, netlab.LinkConfig{})
@@ -404,10 +405,7 @@ func TestPrivilegedBenchCM(t *testing.T) {
 			if name == "write" {
 				out = "--perftest"
 			}
-			qps := 1
-			if name == "send" {
-				qps = 3 // -R -q 3: a CM connection per test queue pair
-			}
+			qps := map[string]int{"write": 2, "read": 1, "send": 3}[name] // -R -q N: a CM connection per test queue pair
 			args := []string{"bench", name, "-R", "--link", "xsk", "--size", "4096", "--iters", "200", "-q", strconv.Itoa(qps), out}
 			so, se, done := startServerAt(t, ctx, topo.A.NS.Command(ctx, binary, append(args, "--dev", topo.A.Name, "--capture", capPath)...),
 				"waiting for the client on rdma_cm port 18515")
@@ -416,8 +414,11 @@ func TestPrivilegedBenchCM(t *testing.T) {
 			t.Logf("server:\n%s%s\nclient:\n%s%s", so, se, r.stdout, r.stderr)
 			for who, o := range map[string]string{"server": so.String(), "client": r.stdout} {
 				if name == "write" {
-					if !strings.Contains(o, " Data ex. method : rdma_cm") || !perftestResultRow.MatchString(o) {
-						t.Errorf("%s: no rdma_cm line or no result row 4096 x 200:\n%s", who, o)
+					// perftest's row counts the iterations of every queue pair.
+					row := regexp.MustCompile(`(?m)^ 4096\s+400\s+[0-9.]+\s+[0-9.]+`)
+					if !strings.Contains(o, " Data ex. method : rdma_cm") || !strings.Contains(o, " Number of qps   : 2\t") || !row.MatchString(o) ||
+						strings.Count(o, " local address: ") != 2 || strings.Count(o, " remote address: ") != 2 {
+						t.Errorf("%s: no rdma_cm line, 2 queue pairs with their addresses, or result row 4096 x 2 x 200:\n%s", who, o)
 					}
 					continue
 				}

@@ -87,7 +87,7 @@ func printPerftest(env *Env, b *bench, client, gbits bool) {
 		sec := res.Elapsed.Seconds()
 		msgs := float64(b.iters) * float64(qps)
 		mbs := float64(b.size) * msgs / sec / (1 << 20)
-		res.Report = cm.PerftestReport{Size: uint64(b.size), Iters: uint64(b.iters), BWPeak: mbs, BWAvg: mbs, MsgRate: msgs / sec / 1e6}
+		res.Report = cm.PerftestReport{Size: uint64(b.size), Iters: uint64(msgs), BWPeak: mbs, BWAvg: mbs, MsgRate: msgs / sec / 1e6}
 	}
 	title := perftestTitles[b.test]
 	if b.test == cm.AtomicBW {
@@ -124,14 +124,15 @@ func printPerftest(env *Env, b *bench, client, gbits bool) {
 		}
 	}
 	lines := res.Lines(b.test)
-	if gbits && len(lines) > 4 {
-		lines[4] = strings.ReplaceAll(lines[4], "[MB/sec]", "[Gb/sec]")
+	addrs := 4 * qps // a local and a remote address line and their GID lines per queue pair
+	if gbits && len(lines) > addrs {
+		lines[addrs] = strings.ReplaceAll(lines[addrs], "[MB/sec]", "[Gb/sec]")
 	}
-	for _, l := range lines[:4] {
+	for _, l := range lines[:addrs] {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w, line)
-	for _, l := range lines[4:] {
+	for _, l := range lines[addrs:] {
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintln(w, line)

@@ -116,6 +116,7 @@ func startServerAt(t *testing.T, ctx context.Context, srv *exec.Cmd, ready strin
 	for !strings.Contains(so.String()+se.String(), ready) {
 		select {
 		case err := <-done:
+			done <- err // for the cleanup, which waits for it
 			t.Fatalf("server exited (%v): %s%s", err, so.String(), se.String())
 		case <-ctx.Done():
 			t.Fatalf("server not listening: %s%s", so.String(), se.String())

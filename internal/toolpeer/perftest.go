@@ -227,7 +227,8 @@ func perftest(ctx context.Context, peers []*Peer, pc *cm.PerftestConn, test cm.P
 	if pc.Client {
 		sec, n := res.Elapsed.Seconds(), float64(len(peers))
 		mbs := n * float64(size) * float64(iters) / sec / (1 << 20) // perftest's MB is 2^20 bytes
-		res.Report = cm.PerftestReport{Size: uint64(size), Iters: uint64(iters), BWPeak: mbs, BWAvg: mbs, MsgRate: n * float64(iters) / sec / 1e6}
+		// perftest reports the iterations of all queue pairs (iters × -q).
+		res.Report = cm.PerftestReport{Size: uint64(size), Iters: uint64(iters * len(peers)), BWPeak: mbs, BWAvg: mbs, MsgRate: n * float64(iters) / sec / 1e6}
 	}
 	res.PeerReport, err = pc.Finish(ctx, test, res.Local, res.Report)
 	return res, err
