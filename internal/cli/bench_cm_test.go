@@ -436,6 +436,3 @@ func TestPrivilegedBenchCM(t *testing.T) {
 		})
 	}
 }
-
-// perftestResultRow is perftest's bandwidth row for 4096 B x 200.
-var perftestResultRow = regexp.MustCompile(`(?m)^ 4096\s+200\s+[0-9.]+\s+[0-9.]+`)
