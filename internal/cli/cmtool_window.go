@@ -92,9 +92,9 @@ func (s *cmatoseStats) transferred() {
 }
 
 // destroyed prints the figures once the queue pairs of n connections are
-// destroyed (a run that failed before its connections were up prints
-// nothing).
-func (s *cmatoseStats) destroyed(dev *roce.Device, n int) {
+// destroyed and their protection domain freed (pdErr: how that failed; a
+// run that failed before its connections were up prints nothing).
+func (s *cmatoseStats) destroyed(dev *roce.Device, n int, pdErr error) {
 	if s == nil || s.up.IsZero() || s.data.IsZero() {
 		return
 	}
@@ -108,6 +108,10 @@ func (s *cmatoseStats) destroyed(dev *roce.Device, n int) {
 		n, up.Round(time.Millisecond), float64(n)/up.Seconds(), s.data.Sub(s.up).Round(time.Millisecond), end.Sub(s.data).Round(time.Millisecond))
 	fmt.Fprintf(s.w, "ucmatose: RSS %d → %d → %d KiB (%.0f B per connection), heap %d → %d → %d KiB (%.0f B per connection)\n",
 		s.rss0>>10, s.rssUp>>10, rss>>10, float64(s.rssUp-s.rss0)/float64(n), s.heap0>>10, s.heapUp>>10, heap>>10, float64(s.heapUp-s.heap0)/float64(n))
-	fmt.Fprintf(s.w, "ucmatose: left: %d CM connections, %d queue pairs (QP1 included); MADs sent %d, resent %d, received %d; frames dropped: %d to unknown QPNs, %d by queue pairs, %d malformed, %d without a transmit buffer\n",
-		cs.Conns, ds.QPs, cs.Sent, cs.Resent, cs.Received, ds.DropUnknownQPN, ds.QPDropped, ds.DropMalformed, ds.TxNoBuffer)
+	pd := "freed"
+	if pdErr != nil {
+		pd = pdErr.Error()
+	}
+	fmt.Fprintf(s.w, "ucmatose: left: %d CM connections, %d queue pairs (QP1 included); protection domain %s; MADs sent %d, resent %d, received %d; frames dropped: %d to unknown QPNs, %d by queue pairs, %d malformed, %d without a transmit buffer\n",
+		cs.Conns, ds.QPs, pd, cs.Sent, cs.Resent, cs.Received, ds.DropUnknownQPN, ds.QPDropped, ds.DropMalformed, ds.TxNoBuffer)
 }

@@ -337,11 +337,12 @@ func (c *cmatose) client(ctx context.Context, dst netip.AddrPort, timeout time.D
 	return 0, nil
 }
 
-// destroy takes the nodes' queue pairs down, up to cmatoseWindow at once
-// (each destroy waits for an engine round to flush its work requests). A
-// connection still up (a run that failed) is disconnected first, as the
-// kernel's rdma_cm does for a process that exits, so the peer stops
-// waiting.
+// destroy takes the nodes' queue pairs down and deregisters their
+// buffers, up to cmatoseWindow at once (each destroy waits for an engine
+// round to flush its work requests), then frees the protection domain (it
+// fails if anything is left in it). A connection still up (a run that
+// failed) is disconnected first, as the kernel's rdma_cm does for a
+// process that exits, so the peer stops waiting.
 func (c *cmatose) destroy() {
 	inWindow(context.Background(), len(c.nodes), func(_ context.Context, i int) (func(context.Context) error, error) { //nolint:errcheck // no step fails
 		return func(ctx context.Context) error {
@@ -354,8 +355,16 @@ func (c *cmatose) destroy() {
 			if n.qp != nil {
 				n.qp.Destroy() //nolint:errcheck // the run's result is reported
 			}
+			if n.mr != nil {
+				n.mr.Deregister() //nolint:errcheck // Dealloc below says if it failed
+			}
 			return nil
 		}, nil
 	})
-	c.stats.destroyed(c.dev, c.conns)
+	var pdErr error
+	if c.pd != nil {
+		pdErr = c.pd.Dealloc()
+	}
+	c.nodes, c.pd = nil, nil
+	c.stats.destroyed(c.dev, c.conns, pdErr)
 }

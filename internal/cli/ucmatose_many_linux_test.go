@@ -17,8 +17,9 @@ import (
 // ucmatose server and client in two namespaces over a veth (AF_XDP): all
 // established at once, ten SENDs each way over each, the server's
 // disconnects; both print cmatose's lines and, with --stats, that after
-// the teardown their CM agents track no connection and their devices hold
-// no queue pair but QP1. The rate and memory are logged, not asserted.
+// the teardown their CM agents track no connection, their devices hold no
+// queue pair but QP1, and their protection domain (every connection's
+// queue pair and buffer) is freed. The rate and memory are logged, not asserted.
 func TestPrivilegedUcmatoseMany(t *testing.T) {
 	testenv.Privileged(t)
 	n, budget := 1_000, 3*time.Minute
@@ -33,7 +34,7 @@ func TestPrivilegedUcmatoseMany(t *testing.T) {
 	for _, e := range []struct{ who, stderr string }{{"server", srvErr}, {"client", cliErr}} {
 		t.Logf("%s (%d connections):\n%s", e.who, n, e.stderr)
 		if !strings.Contains(e.stderr, fmt.Sprintf("ucmatose: %d connections established in ", n)) ||
-			!strings.Contains(e.stderr, "ucmatose: left: 0 CM connections, 1 queue pairs (QP1 included)") {
+			!strings.Contains(e.stderr, "ucmatose: left: 0 CM connections, 1 queue pairs (QP1 included); protection domain freed;") {
 			t.Errorf("%s's --stats: want %d connections established and nothing left but QP1:\n%s", e.who, n, e.stderr)
 		}
 	}
