@@ -191,9 +191,14 @@ func (n *NS) IP(args ...string) error {
 }
 
 // Command returns a command that runs name inside the namespace (through
-// `ip netns exec`).
+// `ip netns exec`, which execs name in place). On Linux the command is
+// killed when this process dies (a test binary that times out runs no
+// cleanup: a server left running would hold the namespace's interface,
+// or a lock it inherited, for good).
 func (n *NS) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	c := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	dieWithParent(c)
+	return c
 }
 
 // Sysctl sets a sysctl (dotted name) inside the namespace.

@@ -3,6 +3,7 @@ package netlab
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -37,4 +38,14 @@ func (n *NS) Do(fn func() error) error {
 	}
 	runtime.UnlockOSThread()
 	return ferr
+}
+
+// dieWithParent has the kernel send c SIGKILL when the thread that started
+// it exits; Go keeps the threads of goroutines that are not locked to one,
+// so in practice when this process exits.
+func dieWithParent(c *exec.Cmd) {
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &unix.SysProcAttr{}
+	}
+	c.SysProcAttr.Pdeathsig = unix.SIGKILL
 }

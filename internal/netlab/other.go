@@ -4,6 +4,7 @@ package netlab
 
 import (
 	"fmt"
+	"os/exec"
 	"runtime"
 	"time"
 
@@ -34,3 +35,6 @@ func newBatchReader(int) *batchReader { return &batchReader{} }
 func (*batchReader) read(int, [][]byte, []int) (int, error) {
 	return 0, fmt.Errorf("AF_PACKET needs Linux, not %s", runtime.GOOS)
 }
+
+// dieWithParent does nothing here: only Linux has PR_SET_PDEATHSIG.
+func dieWithParent(*exec.Cmd) {}
