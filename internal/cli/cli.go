@@ -48,6 +48,7 @@ var commands = []*Command{
 	pingpongCommand,
 	rpingCommand,
 	udaddyCommand,
+	mckeyCommand,
 	ucmatoseCommand,
 	demoCommand,
 	daemonCommand,
