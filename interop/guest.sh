@@ -114,7 +114,7 @@ SHARE=$SHARE
 STATE=$STATE
 ENV
   ( exec "${NX[@]}" timeout -s KILL "$LIFETIME" qemu-system-x86_64 -accel tcg,thread=multi -cpu qemu64 -smp 1 -m "$MEM" \
-      -nographic -nodefaults -no-reboot -serial stdio -monitor none \
+      -nographic -nodefaults -no-reboot -serial stdio -monitor none -qmp "unix:$STATE/qmp.sock,server=on,wait=off" \
       -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$APPEND" \
       -virtfs "local,path=$SHARE,mount_tag=xishare,security_model=none,id=xishare" \
       -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \

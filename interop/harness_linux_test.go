@@ -64,6 +64,8 @@ var suite struct {
 	booted  bool   // this process booted the guest and takes it down
 	tmp     string
 	reboots int // guests rebooted because the path to them died
+	// wedges undone by restarting the guest's virtio-net TX queue (QMP stop/cont)
+	unwedged int
 }
 
 // suiteEnabled skips t unless the suite is to run here (root, and an image or a guest to use).
@@ -80,7 +82,8 @@ func suiteEnabled(t *testing.T) {
 
 // needGuest returns the guest, booting it on first use, or skips/fails t. When the IP path
 // between the namespace and the guest is dead (the tap has been seen to wedge: QEMU stops
-// passing the guest's frames), it reboots the guest first.
+// taking the guest's frames off its virtio-net TX queue; qmp_linux_test.go), it restarts that
+// queue (QMP stop/cont), or reboots the guest when that does not bring the path back.
 func needGuest(t *testing.T) *guest {
 	t.Helper()
 	suiteEnabled(t)
@@ -92,7 +95,13 @@ func needGuest(t *testing.T) *guest {
 	if !g.pathOK() {
 		time.Sleep(2 * time.Second)
 		if !g.pathOK() {
-			t.Logf("interop: no IP path between namespace %s and the guest (tap wedged); rebooting the guest", g.netns)
+			t.Logf("interop: no IP path between namespace %s and the guest (tap wedged)", g.netns)
+			if g.unwedge(t.Logf) {
+				t.Logf("interop: QMP stop/cont restarted the guest's TX queue; the path is back")
+				suite.unwedged++
+				return g
+			}
+			t.Logf("interop: rebooting the guest")
 			if err := g.reboot(); err != nil {
 				t.Fatalf("interop: reboot of the guest: %v", err)
 			}
@@ -577,6 +586,9 @@ func writeMatrix() {
 		fmt.Fprintf(&b, "%-16s %-32s %-7s %-5s %-6s %s\n", r.tool, r.op, r.role, r.link, r.result, r.note)
 	}
 	fmt.Fprintf(&b, "%d pass, %d FAIL, %d skip", counts["pass"], counts["FAIL"], counts["skip"])
+	if suite.unwedged > 0 {
+		fmt.Fprintf(&b, "; the guest's TX queue was restarted %d times after its tap wedged", suite.unwedged)
+	}
 	if suite.reboots > 0 {
 		fmt.Fprintf(&b, "; the guest was rebooted %d times after its tap wedged", suite.reboots)
 	}
