@@ -211,13 +211,6 @@ func TestPrivilegedInteropFacadePingpong(t *testing.T) {
 						return
 					}
 					res, out, rc, err, perr := attempt()
-					if (perr != nil || err != nil || rc != 0) && !g.pathOK() {
-						// The tap wedged under the run (see README): reboot the guest, once more.
-						t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
-						g = needGuest(t)
-						res, out, rc, err, perr = attempt()
-						note += " (second attempt: the tap wedged during the first)"
-					}
 					if perr != nil || err != nil || rc != 0 {
 						t.Fatalf("xdproce: %v; ibv_rc_pingpong rc %d %v:\n%s", perr, rc, err, out)
 					}
@@ -314,13 +307,6 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 					t.Logf("%v in the guest could not calibrate its clock (%q); running again", c.test, "Can't produce a report")
 					out, rc, err, rerr = attempt()
 					note += " (second attempt: perftest clock calibration failed under TCG)"
-				}
-				if (rerr != nil || err != nil || rc != 0) && !g.pathOK() {
-					// The tap wedged under the run (see README): reboot the guest, once more.
-					t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
-					g = needGuest(t)
-					out, rc, err, rerr = attempt()
-					note += " (second attempt: the tap wedged during the first)"
 				}
 				if rerr != nil || err != nil || rc != 0 {
 					t.Fatalf("xdproce: %v; %v rc %d %v:\n%s", rerr, c.test, rc, err, out)

@@ -147,14 +147,6 @@ func (p pair) run(t *testing.T, g *guest) {
 		toolOut, xdOut, rc, terr, xerr = attempt()
 		retried = true
 	}
-	if (terr != nil || rc != 0 || xerr != nil) && !g.pathOK() {
-		// The tap wedged under the run (QEMU stopped passing the guest's frames; see
-		// README): that says nothing about xdproce. Reboot the guest, run once more.
-		t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
-		g = needGuest(t)
-		toolOut, xdOut, rc, terr, xerr = attempt()
-		retried = true
-	}
 	if terr != nil || rc != 0 || xerr != nil {
 		*p.note = fmt.Sprintf("%s rc %d %v; xdproce %v", p.tool, rc, terr, xerr)
 		t.Fatalf("%s: rc %d %v\n%s\nxdproce %s: %v\n%s", p.tool, rc, terr, toolOut, strings.Join(p.xdArgs, " "), xerr, xdOut)

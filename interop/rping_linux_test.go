@@ -142,7 +142,7 @@ func TestPrivilegedInteropRping(t *testing.T) {
 	}
 }
 
-// run runs the row (once more after a reboot if the tap wedged under it) and checks it.
+// run runs the row and checks it.
 func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 	bin := xdproceBin(t)
 	var drop *madDropper
@@ -150,12 +150,6 @@ func (r rpingRun) run(t *testing.T, g *guest, note *string) {
 		drop = dropFirstMAD(t, g, r.lose.ingress, r.lose.attr, 1)
 	}
 	res, err := r.attempt(t, g, bin)
-	if err != nil && !g.pathOK() {
-		t.Logf("the path to the guest died during the run (tap wedged); rebooting it and running once more")
-		g = needGuest(t)
-		res, err = r.attempt(t, g, bin)
-		*note = "(second attempt after the tap wedged) "
-	}
 	if err != nil {
 		*note += err.Error()
 		t.Fatalf("%v\nrping in the guest: stdout:\n%s\nstderr:\n%s\nxdproce rping:\n%s", err, lastLines(res.toolOut, 10), res.toolErr, lastLines(res.xdOut, 30))
