@@ -9,8 +9,9 @@ import (
 
 // TestPrivilegedInteropPerftestCM: perftest's rdma_cm mode (-R) against `xdproce bench -R`:
 // ib_write_bw, ib_read_bw and ib_send_bw at 4096 B x 100 and 65536 B x 20 with PMTU 1024,
-// ib_atomic_bw (FETCH_AND_ADD) and ib_send_lat (64 B) x 100, xdproce as server and as client
-// over AF_XDP. The control connection and the test queue pair's both go through the
+// ib_atomic_bw (FETCH_AND_ADD) and ib_send_lat (64 B) x 100, and the three bandwidth tests with
+// four test queue pairs (-q 4: one control connection, then one CM connection a queue pair;
+// perftest reports iterations x queue pairs), xdproce as server and as client over AF_XDP. The control connection and the test queue pair's both go through the
 // RDMA CM (QP1 MADs), perftest's exchange as SENDs on the control queue pair (issue 19).
 func TestPrivilegedInteropPerftestCM(t *testing.T) {
 	suiteEnabled(t)
@@ -20,30 +21,37 @@ func TestPrivilegedInteropPerftestCM(t *testing.T) {
 	needGuest(t) // boots the guest once, before the runs
 	type tc struct {
 		tool, op, bench    string
-		size, iters        int
+		size, iters, qps   int
 		extraTool, extraXd []string
 	}
 	var cases []tc
 	for _, b := range []tc{{tool: "ib_write_bw", op: "RDMA WRITE", bench: "write"}, {tool: "ib_read_bw", op: "RDMA READ", bench: "read"},
 		{tool: "ib_send_bw", op: "SEND", bench: "send"}} {
-		for _, s := range []struct{ size, iters int }{{4096, 100}, {65536, 20}} {
-			b.size, b.iters = s.size, s.iters
+		for _, s := range []struct{ size, iters, qps int }{{4096, 100, 1}, {65536, 20, 1}, {4096, 100, 4}} {
+			b.size, b.iters, b.qps = s.size, s.iters, s.qps
+			if s.qps > 1 {
+				q := fmt.Sprint(s.qps)
+				b.extraTool, b.extraXd = []string{"-q", q}, []string{"-q", q}
+			}
 			cases = append(cases, b)
 		}
 	}
 	cases = append(cases,
-		tc{tool: "ib_atomic_bw", op: "FETCH_AND_ADD", bench: "atomic", size: 8, iters: 100,
+		tc{tool: "ib_atomic_bw", op: "FETCH_AND_ADD", bench: "atomic", size: 8, iters: 100, qps: 1,
 			extraTool: []string{"-A", "FETCH_AND_ADD"}, extraXd: []string{"--atomic-type", "FETCH_AND_ADD"}},
-		tc{tool: "ib_send_lat", op: "SEND", bench: "lat", size: 64, iters: 100})
+		tc{tool: "ib_send_lat", op: "SEND", bench: "lat", size: 64, iters: 100, qps: 1})
 	for _, c := range cases {
 		size, iters := c.size, c.iters
 		for _, srv := range []bool{true, false} {
 			op := fmt.Sprintf("%s %d B x%d", c.op, size, iters)
+			if c.qps > 1 {
+				op += fmt.Sprintf(" q%d", c.qps)
+			}
 			t.Run(fmt.Sprintf("%s-R/%s/xdproce-%s", c.tool, strings.ReplaceAll(op, " ", "_"), role(srv)), func(t *testing.T) {
 				g := needGuest(t) // again: reboots the guest if the path to it died
 				note := ""
 				record(t, c.tool+" -R", op, role(srv), "xsk", &note)
-				row := perftestRow(size, iters)
+				row := perftestRow(size, iters*c.qps)
 				p := pair{
 					tool:      c.tool,
 					toolArgs:  append([]string{"-d", "rxe0", "-x", "$XI_GID_INDEX", "-R", "-n", fmt.Sprint(iters), "-s", fmt.Sprint(size), "-m", "1024"}, c.extraTool...),
