@@ -24,51 +24,14 @@ import (
 func BenchmarkPrivilegedPlacementWrite64K(b *testing.B) {
 	netlab.Privileged(b)
 	const size, round, depth = 64 << 10, 128, 64
-	const access = roce.LocalWrite | roce.RemoteWrite | roce.RemoteRead
 	x, y, d := daemonClients(b)
-	// pair connects two queue pairs over size-byte buffers (from AllocMR
-	// when alloc, the responder's with raccess) and returns their WRITE
-	// and the requester's side.
-	pair := func(alloc bool, raccess roce.Access) (roce.SendWR, *scriptSide, *scriptSide) {
-		sa, sb := newScriptSideAccess(b, x, size, alloc, access), newScriptSideAccess(b, y, size, alloc, raccess)
-		if err := sa.qp.Connect(1, endpoint(b, y, sb.qp, 2), nil); err != nil {
-			b.Fatal(err)
-		}
-		if err := sb.qp.Connect(2, endpoint(b, x, sa.qp, 1), nil); err != nil {
-			b.Fatal(err)
-		}
-		return roce.SendWR{Opcode: roce.WRRDMAWrite, Flags: roce.Signaled,
-			SGL:        []roce.SGE{{Addr: sa.mr.Addr(), Length: size, LKey: sa.mr.LKey()}},
-			RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}, sa, sb
-	}
-	pwr, pa, pb := pair(true, access)
-	iwr, ia, _ := pair(true, access|roce.RemoteInvalidate)
-	swr, sa, _ := pair(false, access)
+	pwr, pa, pb := writePair(b, x, y, size, true, benchAccess)
+	iwr, ia, _ := writePair(b, x, y, size, true, benchAccess|roce.RemoteInvalidate)
+	swr, sa, _ := writePair(b, x, y, size, false, benchAccess)
 	wcs := make([]roce.WC, depth)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// write posts n WRITEs on s, keeping up to depth in flight.
-	write := func(s *scriptSide, wr roce.SendWR, n int) {
-		posted, done := 0, 0
-		for done < n {
-			for posted < n && posted-done < depth {
-				if err := s.qp.PostSend(wr); err != nil {
-					b.Fatal(err)
-				}
-				posted++
-			}
-			k, err := s.cq.Wait(ctx, wcs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, wc := range wcs[:k] {
-				if wc.Status != roce.WCSuccess {
-					b.Fatalf("completion %+v", wc)
-				}
-			}
-			done += k
-		}
-	}
+	write := func(s *scriptSide, wr roce.SendWR, n int) { benchWrite(ctx, b, s, wr, n, wcs) }
 	write(pa, pwr, round) // warm up: the windows open
 	write(ia, iwr, round)
 	write(sa, swr, round)
