@@ -94,15 +94,7 @@ func TestPrivilegedAtomicsDaemonAndWire(t *testing.T) {
 	netlab.Privileged(t)
 	const n, k, depth = 400, 100, 16
 	topo, x, y, d := daemonClientsIn(t)
-	var w *roce.Device
-	if err := topo.B.NS.Do(func() error {
-		var err error
-		w, err = roce.Open(topo.B.Name, &roce.Options{Link: roce.LinkXSK})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
+	w := openXSK(t, topo.B.NS, topo.B.Name)
 
 	// The responder: one region (daemon-shared), two queue pairs on it.
 	ypd := y.AllocPD()
@@ -238,13 +230,15 @@ func atomicScript(addr uint64, rkey uint32) []roce.SendWR {
 }
 
 // TestPrivilegedAtomicsEqualPipe: the same atomics from one client of a
-// daemon to another (the responder's counter in daemon-shared memory) and
-// between two devices over link/pipe complete alike (status, opcode,
-// length), return the same original values and leave the same words; the
-// one past the region ends the script with REM_ACCESS_ERR on both.
+// daemon to another (the responder's counter in daemon-shared memory),
+// from an AF_XDP peer in another namespace to that client, and between two
+// devices over link/pipe complete alike (status, opcode, length), return
+// the same original values and leave the same words; the one past the
+// region ends the script with REM_ACCESS_ERR on all three.
 func TestPrivilegedAtomicsEqualPipe(t *testing.T) {
 	netlab.Privileged(t)
-	dx, dy, _ := daemonClients(t)
+	topo, dx, dy, _ := daemonClientsIn(t)
+	dw := openXSK(t, topo.B.NS, topo.B.Name)
 	px, py := pipeDevices(t)
 	type outcome struct {
 		wcs     []wcRec
@@ -300,17 +294,23 @@ func TestPrivilegedAtomicsEqualPipe(t *testing.T) {
 		o.words = [2]uint64{binary.NativeEndian.Uint64(b[128:]), binary.NativeEndian.Uint64(b[136:])}
 		return o
 	}
-	got, want := run(dx, dy, true), run(px, py, false)
+	want := run(px, py, false)
 	t.Logf("link/pipe: results %x, words %x, %d completions", want.results, want.words, len(want.wcs))
 	if len(want.wcs) != len(atomicScript(0, 0)) || want.wcs[len(want.wcs)-1].Status != roce.WCRemAccessErr.String() {
 		t.Fatalf("link/pipe's completions %+v: want the script to end on the atomic past the region", want.wcs)
 	}
-	if !slices.Equal(got.wcs, want.wcs) {
-		t.Errorf("through the daemon: completions\n%+v\nlink/pipe's\n%+v", got.wcs, want.wcs)
-	}
 	// The last result slot is not written by a failed atomic.
 	n := len(want.results) - 1
-	if !slices.Equal(got.results[:n], want.results[:n]) || got.words != want.words {
-		t.Errorf("through the daemon: results %x words %x; link/pipe's %x %x", got.results[:n], got.words, want.results[:n], want.words)
+	for _, c := range []struct {
+		name string
+		from *roce.Device
+	}{{"a daemon client", dx}, {"the wire", dw}} {
+		got := run(c.from, dy, true)
+		if !slices.Equal(got.wcs, want.wcs) {
+			t.Errorf("from %s: completions\n%+v\nlink/pipe's\n%+v", c.name, got.wcs, want.wcs)
+		}
+		if !slices.Equal(got.results[:n], want.results[:n]) || got.words != want.words {
+			t.Errorf("from %s: results %x words %x; link/pipe's %x %x", c.name, got.results[:n], got.words, want.results[:n], want.words)
+		}
 	}
 }

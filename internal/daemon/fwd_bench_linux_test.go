@@ -31,6 +31,21 @@ func writePair(tb testing.TB, from, to *roce.Device, size int, alloc bool, racce
 		RemoteAddr: sb.mr.Addr(), RKey: sb.mr.RKey()}, sa, sb
 }
 
+// openXSK opens a device owning ifname in ns by AF_XDP, closed at the
+// test's end.
+func openXSK(tb testing.TB, ns *netlab.NS, ifname string) *roce.Device {
+	var d *roce.Device
+	if err := ns.Do(func() error {
+		var err error
+		d, err = roce.Open(ifname, &roce.Options{Link: roce.LinkXSK})
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { d.Close() })
+	return d
+}
+
 // benchWrite posts n copies of wr on s, keeping up to len(wcs) in flight,
 // and fails on any completion but success.
 func benchWrite(ctx context.Context, tb testing.TB, s *scriptSide, wr roce.SendWR, n int, wcs []roce.WC) {
@@ -71,21 +86,9 @@ func BenchmarkPrivilegedDaemonWrite64K(b *testing.B) {
 	netlab.Privileged(b)
 	const size, round, depth = 64 << 10, 128, 64
 	topo, x, y, _ := daemonClientsIn(b)
-	var w, o, p *roce.Device
-	open := func(ns *netlab.NS, ifname string, to **roce.Device) {
-		if err := ns.Do(func() error {
-			var err error
-			*to, err = roce.Open(ifname, &roce.Options{Link: roce.LinkXSK})
-			return err
-		}); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { (*to).Close() })
-	}
-	open(topo.B.NS, topo.B.Name, &w)
+	w := openXSK(b, topo.B.NS, topo.B.Name)
 	own := netlab.Pair(b, netlab.LinkConfig{MTU: 9000})
-	open(own.A.NS, own.A.Name, &o)
-	open(own.B.NS, own.B.Name, &p)
+	o, p := openXSK(b, own.A.NS, own.A.Name), openXSK(b, own.B.NS, own.B.Name)
 	sides := []struct {
 		name string
 		from *roce.Device
