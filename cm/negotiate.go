@@ -56,6 +56,12 @@ type BenchParams struct {
 	Mode string `json:"mode,omitempty"`
 	// Paths is the UDP source ports an OOO run spreads its packets over (bench --paths).
 	Paths int `json:"paths,omitempty"`
+	// Reliability, SRWindow and CC are the RC queue pairs' loss recovery and congestion control
+	// (bench --reliability, --cc; negotiate_rel.go): what a side wants, and in the server's
+	// answer what both use. A peer from before them sends none: go-back-N, no congestion control.
+	Reliability string `json:"reliability,omitempty"`
+	SRWindow    int    `json:"sr_window,omitempty"`
+	CC          string `json:"cc,omitempty"`
 	// Set lists the values given explicitly on this side's command line ("size", "iters",
 	// "qps", "srq", "ud", "sweep", "seconds", "mode", "paths"); the others are defaults. Op is
 	// always explicit.
@@ -202,6 +208,9 @@ func (n *Negotiation) askServer(ctx context.Context, conn net.Conn, hello []byte
 	if err := n.checkMode(p); err != nil {
 		return err
 	}
+	if err := n.checkTransport(p); err != nil {
+		return err
+	}
 	return &AgreedError{Params: p}
 }
 
@@ -263,6 +272,7 @@ func (n *Negotiation) resolve(client BenchParams) (BenchParams, error) {
 	if err := resolveMode(&out, client, srv, pick); err != nil {
 		return BenchParams{}, err
 	}
+	resolveTransport(&out, client, srv)
 	if out.Seconds > 0 && srv.isSet("iters") {
 		diffs = append(diffs, "a duration (-D) and this server's --iters")
 	}

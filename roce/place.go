@@ -179,6 +179,12 @@ func (d *Device) placerFor(dgid netip.Addr) qp.Placer {
 	return nil
 }
 
+// PlacesWith reports whether RC queue pairs of d towards peer (a GID)
+// move their messages by direct placement: d is a client of a daemon and
+// peer one of its addresses (another client of the same daemon). Queue
+// pairs with selective repeat send frames instead (roce/qp's reqPlace).
+func (d *Device) PlacesWith(peer netip.Addr) bool { return d.placerFor(peer) != nil }
+
 // placeInput hands a placement message from the daemon to its queue pair.
 func (e *engine) placeInput(frame []byte, now int64) {
 	m := &e.d.placeMsg

@@ -16,7 +16,7 @@ import (
 
 var benchCommand = &Command{
 	Name:       "bench",
-	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [-R] [--json | --perftest] [--atomic-type OP]",
+	ShortUsage: "xdproce bench {write|read|send|atomic|lat} --dev IF [HOST] [--size N | -a] [--iters N | -D SEC] [--qps N] [--mode ooo [--paths N]] [--reliability sr|gbn] [--cc dcqcn|none] [-R] [--json | --perftest] [--atomic-type OP]",
 	ShortHelp:  "measure RDMA bandwidth, message rate and latency against a peer (perftest's protocol)",
 	LongHelp: `Bench runs one perftest-style test between two xdproce processes: without
 HOST it is the server (it waits for the client on --port of the --dev
@@ -76,6 +76,15 @@ id, checks that the server's buffer holds its bytes (SHA-256) and that the
 server sent a completion per WRITE; the table adds the reissues, --json
 "mode", "paths" and "retries". One queue pair, one size, by iterations.
 
+LOSS RECOVERY AND CONGESTION CONTROL
+--reliability sr|gbn and --cc dcqcn|none (with --ecn, --dscp) are send's:
+two xdproce ends agree on them with the parameters, selective repeat and
+DCQCN only where both ask for them (the defaults); otherwise, against a
+perftest peer, with -R (nothing agreed) and in OOO mode, the queue pairs run
+go-back-N without congestion control, byte for byte as rxe; so do two
+clients of one daemon (their messages go by direct placement). The table's
+title and --json's "reliability" and "cc" say what the queue pairs used.
+
 PERFTEST'S FLAGS
 -s, -n, -q and -p are --size, --iters, --qps and --port; -d names the
 interface (xdproce's device is the interface: same as --dev); -x the local
@@ -107,7 +116,7 @@ JSON FORMAT
   {"schema": 1, "test", "role", "bytes",
   "iterations", "qps", "seconds", "bw_avg_gbps", "msg_rate_mpps",
   "lat_p50_us", "lat_p99_us" (lat only), "mode", "paths", "retries" (--mode
-  ooo only), "link", "path_mtu"}.
+  ooo only), "reliability", "cc" (RC only), "link", "path_mtu"}.
 
 EXAMPLES
   sudo xdproce bench write --dev eth1                      # server
@@ -142,10 +151,14 @@ type benchResult struct {
 	Mode    string  `json:"mode,omitempty"`    // "ooo" for --mode ooo (RC otherwise)
 	Paths   int     `json:"paths,omitempty"`   // --mode ooo: UDP source ports
 	Retries int     `json:"retries,omitempty"` // --mode ooo: WRITEs reissued after a timeout
-	P50     float64 `json:"lat_p50_us,omitempty"`
-	P99     float64 `json:"lat_p99_us,omitempty"`
-	Link    string  `json:"link"`
-	PathMTU int     `json:"path_mtu"`
+	// Reliability and CC are the RC queue pairs' loss recovery ("sr" or
+	// "gbn") and congestion control ("dcqcn" or "none").
+	Reliability string  `json:"reliability,omitempty"`
+	CC          string  `json:"cc,omitempty"`
+	P50         float64 `json:"lat_p50_us,omitempty"`
+	P99         float64 `json:"lat_p99_us,omitempty"`
+	Link        string  `json:"link"`
+	PathMTU     int     `json:"path_mtu"`
 }
 
 func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) error {
@@ -177,6 +190,10 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 	retry := fs.Duration("connect-timeout", xfer.DefaultDialRetry, "how long the client retries the connection")
 	mode := fs.String("mode", cm.ModeRC, "queue pairs: rc, or ooo (out-of-order RDMA over datagrams, docs/ooo.md; write only, xdproce at both ends)")
 	paths := fs.Int("paths", 1, "--mode ooo: spread each WRITE's packets over `N` UDP source ports (1 to 64)")
+	var rf relFlag
+	rf.register(fs)
+	var ccf ccFlag
+	ccf.register(fs)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce bench"
 		if len(args) < 1 || len(args) > 2 {
@@ -264,6 +281,13 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		if *port <= 0 || *port > 65535 {
 			return usageErrorf(cmd, "--port %d", *port)
 		}
+		var want roce.ConnectOptions
+		if err := rf.applyTo(cmd, &want); err != nil {
+			return err
+		}
+		if err := ccf.applyTo(cmd, &want); err != nil {
+			return err
+		}
 		if len(args) == 2 {
 			if err := checkAddr(cmd, "HOST", args[1], false); err != nil {
 				return err
@@ -286,7 +310,7 @@ func setupBench(fs *flag.FlagSet, env *Env) func(context.Context, []string) erro
 		}
 		defer stopMetrics()
 		b := &bench{env: env, dev: dev.Device, test: test, name: args[0], size: n, iters: it, qps: *qps, op: op, set: set,
-			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths, rdmaCM: *rdmaCM}
+			sweep: *sweep, seconds: *seconds, mtu: dev.PathMTU(), mode: *mode, paths: *paths, rdmaCM: *rdmaCM, want: want}
 		if *mtu != 0 {
 			if m := roce.MTUFromBytes(*mtu); m < b.mtu {
 				b.mtu = m

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -19,6 +20,9 @@ import (
 func (b *bench) summarise(role string, rs []toolpeer.PerftestResult, peer bool) benchResult {
 	r := benchResult{Schema: 1, Test: b.name, Role: role, Bytes: b.size, Iters: b.iters,
 		Link: b.dev.LinkName(), PathMTU: b.pathMTU().Bytes()}
+	if b.mode != cm.ModeOOO {
+		r.Reliability, r.CC = cmp.Or(b.rel, cm.RelGBN), cmp.Or(b.cc, cm.CCNone)
+	}
 	var lat []time.Duration
 	var longest time.Duration
 	var peerBW, peerRate float64
@@ -55,8 +59,11 @@ func printBench(env *Env, rs []benchResult) {
 	r := rs[0]
 	fmt.Fprintln(env.Stdout, line)
 	mode := ""
-	if r.Mode == cm.ModeOOO {
+	switch {
+	case r.Mode == cm.ModeOOO:
 		mode = fmt.Sprintf(", OOO mode over %d path(s), %d reissued", r.Paths, r.Retries)
+	case r.Reliability == cm.RelSR || r.CC == cm.CCDCQCN:
+		mode = fmt.Sprintf(", loss recovery %s, cc %s", r.Reliability, r.CC)
 	}
 	fmt.Fprintf(env.Stdout, "  xdproce bench %s (%s), %d queue pair(s), %s, path MTU %d%s\n", r.Test, r.Role, r.QPs, r.Link, r.PathMTU, mode)
 	fmt.Fprintln(env.Stdout, line)

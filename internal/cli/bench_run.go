@@ -39,6 +39,15 @@ type bench struct {
 	paths      int           // --paths: UDP source ports of an OOO run
 	oooMTU     roce.MTU      // the OOO queue pair's path MTU
 	rdmaCM     bool          // -R: perftest's rdma_cm mode (bench_cm.go)
+	// want holds --reliability, --cc, --ecn and --dscp: the loss recovery
+	// and congestion control this side asks an xdproce peer for, and TOS.
+	want roce.ConnectOptions
+	// rel, srWin and cc are what the agreement with an xdproce peer gave
+	// (cm.BenchParams): "" until then, and with a stock peer, which gets
+	// go-back-N without congestion control, as from rxe.
+	rel   string
+	srWin int
+	cc    string
 }
 
 // perftestCycleMax is the largest cycle buffer (page size) a perftest peer is
@@ -87,9 +96,15 @@ func (b *bench) peerIn(local net.Addr, pd *roce.PD) (*toolpeer.Peer, error) {
 	}
 	p := &toolpeer.Peer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid)}
 	p.PSN = cm.TagPSN(q.QPN(), p.GID, mr.RKey(), mr.Addr())
-	if b.mtu != 0 {
+	if b.mtu != 0 || b.rel == cm.RelSR || b.cc == cm.CCDCQCN || b.want.TOS != 0 {
 		opts := roce.DefaultConnectOptions()
-		opts.SGID, opts.PathMTU = gid, b.mtu
+		opts.SGID, opts.PathMTU, opts.TOS = gid, b.mtu, b.want.TOS
+		if b.rel == cm.RelSR {
+			opts.Reliability, opts.SRWindow = roce.SelectiveRepeat, b.srWin
+		}
+		if b.cc == cm.CCDCQCN {
+			opts.CC, opts.NoECT = roce.DCQCN, b.want.NoECT
+		}
 		p.Connect = &opts
 	}
 	return p, nil
@@ -127,8 +142,12 @@ func (b *bench) params() cm.BenchParams {
 	if mode == "" {
 		mode = cm.ModeRC
 	}
-	return cm.BenchParams{Op: b.name, Size: b.size, Iters: b.iters, QPs: b.qps, Sweep: b.sweep, Seconds: b.seconds, Calibrate: b.calibrate,
-		Mode: mode, Paths: b.paths, Set: b.set}
+	p := cm.BenchParams{Op: b.name, Size: b.size, Iters: b.iters, QPs: b.qps, Sweep: b.sweep, Seconds: b.seconds, Calibrate: b.calibrate,
+		Mode: mode, Paths: b.paths, Set: b.set, Reliability: b.want.Reliability.String(), CC: b.want.CC.String()}
+	if b.want.Reliability == roce.SelectiveRepeat {
+		p.SRWindow = roce.SRHold
+	}
+	return p
 }
 
 // first runs the exchange on the first connection. Against a stock perftest
@@ -152,6 +171,12 @@ func (b *bench) first(ctx context.Context, conn net.Conn, client bool) (res tool
 			}
 			return nil
 		}}
+	b.rel, b.srWin, b.cc = "", 0, "" // the stock exchange's queue pair: go-back-N, no congestion control
+	if n.Local.Reliability == cm.RelSR && b.placed(conn) {
+		// Both ends are clients of one daemon: their messages go by direct
+		// placement, which selective repeat would turn into frames.
+		n.Local.Reliability, n.Local.SRWindow = cm.RelGBN, 0
+	}
 	res, err = b.run(ctx, conn, client, n)
 	var ae *cm.AgreedError
 	if !errors.As(err, &ae) {
@@ -171,10 +196,22 @@ func (b *bench) first(ctx context.Context, conn net.Conn, client bool) (res tool
 		fmt.Fprintf(b.env.Stderr, "bench %s: agreed with the xdproce peer on --mode ooo, --paths %d\n", b.name, max(p.Paths, 1))
 	}
 	b.size, b.iters, b.qps, b.sweep, b.seconds, b.calibrate = p.Size, p.Iters, p.QPs, p.Sweep, p.Seconds, p.Calibrate
+	b.rel, b.srWin, b.cc = p.Reliability, p.SRWindow, p.CC
 	if p.Mode != "" {
 		b.mode, b.paths = p.Mode, p.Paths
 	}
 	return res, true, nil
+}
+
+// placed reports whether the peer at the other end of conn is a client of
+// the same daemon as b's device (docs/placement.md).
+func (b *bench) placed(conn net.Conn) bool {
+	a, ok := conn.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip, ok := netip.AddrFromSlice(a.IP)
+	return ok && b.dev.PlacesWith(ip.Unmap())
 }
 
 // sweepMax is the largest size of -a, as perftest's.

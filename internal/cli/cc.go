@@ -8,7 +8,7 @@ import (
 )
 
 // ccFlag is --cc, --ecn and --dscp on the commands that move data over RC
-// queue pairs (send, get, serve): the congestion control this side wants
+// queue pairs (send, get, serve, bench): the congestion control this side wants
 // (docs/cc.md). "dcqcn" (the default) is used only with an xdproce peer
 // that agrees on it for the connection; with any other peer, or "none" on
 // either side, the queue pair neither paces nor sends CNPs, and its frames
@@ -26,6 +26,11 @@ func (f *ccFlag) register(fs *flag.FlagSet) {
 
 // apply puts the choice into o's connect options.
 func (f *ccFlag) apply(cmd string, o *xfer.Options) error {
+	return f.applyTo(cmd, connectOf(o))
+}
+
+// applyTo puts the choice into co.
+func (f *ccFlag) applyTo(cmd string, co *roce.ConnectOptions) error {
 	c, err := roce.ParseCC(*f.cc)
 	if err != nil {
 		return usageErrorf(cmd, "--cc %q: want dcqcn or none", *f.cc)
@@ -36,13 +41,9 @@ func (f *ccFlag) apply(cmd string, o *xfer.Options) error {
 	if *f.dscp > 63 {
 		return usageErrorf(cmd, "--dscp %d: want 0..63", *f.dscp)
 	}
-	if o.Connect == nil {
-		co := roce.DefaultConnectOptions()
-		o.Connect = &co
-	}
-	o.Connect.CC = c
-	o.Connect.NoECT = *f.ecn == "off"
-	o.Connect.TOS = uint8(*f.dscp) << 2
+	co.CC = c
+	co.NoECT = *f.ecn == "off"
+	co.TOS = uint8(*f.dscp) << 2
 	return nil
 }
 

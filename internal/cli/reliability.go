@@ -8,7 +8,7 @@ import (
 )
 
 // relFlag is --reliability on the commands that move data over RC queue
-// pairs (send, get, serve): the loss recovery this side wants. "sr" (the
+// pairs (send, get, serve, bench): the loss recovery this side wants. "sr" (the
 // default) is used only with an xdproce peer that agrees on it for the
 // connection (docs/sr-wire.md); with any other peer, or "gbn" on either
 // side, the queue pair runs go-back-N, byte for byte as rxe. The result
@@ -21,16 +21,27 @@ func (f *relFlag) register(fs *flag.FlagSet) {
 
 // apply puts the choice into o's connect options.
 func (f *relFlag) apply(cmd string, o *xfer.Options) error {
+	return f.applyTo(cmd, connectOf(o))
+}
+
+// applyTo puts the choice into co.
+func (f *relFlag) applyTo(cmd string, co *roce.ConnectOptions) error {
 	r, err := roce.ParseReliability(*f.s)
 	if err != nil {
 		return usageErrorf(cmd, "--reliability %q: want sr or gbn", *f.s)
 	}
+	co.Reliability = r
+	return nil
+}
+
+// connectOf returns o's connect options, made from the defaults if o has
+// none yet.
+func connectOf(o *xfer.Options) *roce.ConnectOptions {
 	if o.Connect == nil {
 		co := roce.DefaultConnectOptions()
 		o.Connect = &co
 	}
-	o.Connect.Reliability = r
-	return nil
+	return o.Connect
 }
 
 // reliabilityLine is the result line saying which loss recovery a transfer

@@ -12,9 +12,13 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-// ccCapture counts, in a sender's capture, the data frames sent (and of
-// them the ECN-capable ones) and the CNPs received.
-func ccCapture(t *testing.T, pcap string) (data, ect, cnps int) {
+// capCounts are what a sender's capture shows: the RC requests sent (and
+// of them the ECT(0) ones), and the CNPs, SR_SACKs and frames of the
+// manufacturer-specific opcode range (0xE0 up, either way).
+type capCounts struct{ data, ect, cnps, sacks, vendor int }
+
+// countCapture reads a sender's capture.
+func countCapture(t *testing.T, pcap string) capCounts {
 	t.Helper()
 	f, err := os.Open(pcap)
 	if err != nil {
@@ -27,26 +31,39 @@ func ccCapture(t *testing.T, pcap string) (data, ect, cnps int) {
 	}
 	var fr capture.Frame
 	var p wire.Packet
+	var c capCounts
 	for {
 		if err := r.Next(&fr); err != nil {
 			if errors.Is(err, io.EOF) {
-				return data, ect, cnps
+				return c
 			}
 			t.Fatal(err)
 		}
 		if p.DecodeWith(fr.Data, wire.AcceptSR) != nil {
 			continue
 		}
+		if p.BTH.Opcode >= 0xE0 {
+			c.vendor++
+		}
 		switch info, _ := p.BTH.Opcode.Info(); {
 		case fr.Dir == capture.DirInbound && p.BTH.Opcode == wire.CNP:
-			cnps++
+			c.cnps++
+		case fr.Dir == capture.DirInbound && p.BTH.Opcode == wire.SRSack:
+			c.sacks++
 		case fr.Dir == capture.DirOutbound && info.Request && info.Transport == wire.RC:
-			data++
+			c.data++
 			if p.TOS&3 == 2 {
-				ect++
+				c.ect++
 			}
 		}
 	}
+}
+
+// ccCapture counts, in a sender's capture, the data frames sent (and of
+// them the ECN-capable ones) and the CNPs received.
+func ccCapture(t *testing.T, pcap string) (data, ect, cnps int) {
+	c := countCapture(t, pcap)
+	return c.data, c.ect, c.cnps
 }
 
 // TestPrivilegedRelayDCQCN: `xdproce send` of 16 MiB through the relay's
