@@ -92,6 +92,8 @@ type sendWindow struct {
 	undoRecovering bool
 	undoRecoverPSN uint32
 
+	cnpUntil int64 // no window cut for a CNP before this time (cnp)
+
 	sr   srBoard // selective repeat (window_sr.go); off: go-back-N
 	pace pacer   // DCQCN's rate limiter (pacer.go); off: no pacing
 }
@@ -131,6 +133,7 @@ func (w *sendWindow) start(psn, limit uint32, fixed bool) {
 		w.cwnd = min(limit, initialWindow)
 	}
 	w.ssthresh = limit
+	w.cnpUntil = 0
 }
 
 // setTimeout sets the local ACK timeout (ns; 0: infinite).
@@ -359,8 +362,31 @@ func (w *sendWindow) wake() int64 {
 
 // cnp hands the pacer a CNP received at now; it reports whether the rate
 // was cut (false: DCQCN is off, or a cut was made within its reduce
-// period).
-func (w *sendWindow) cnp(now int64) bool { return w.pace.on && w.pace.cnp(now) }
+// period). With selective repeat the window halves too, at most once per
+// round trip (srtt, at least cnpCutGap) and not below cnpWindowMin, then
+// grows by one PSN per window acknowledged: N flows into one bottleneck
+// each keep their whole window in flight, and the rate alone, which DCQCN
+// soon raises again to where pacing stops, lets N windows of 1024 PSNs
+// overflow a queue of a few hundred frames (docs/cc.md, the incast
+// figures). A path that never marks never sends a CNP: its window is as
+// before.
+func (w *sendWindow) cnp(now int64) bool {
+	if !w.pace.on {
+		return false
+	}
+	if w.sr.on && now >= w.cnpUntil {
+		w.cwnd = max(min(w.cwnd, cnpWindowMin), w.cwnd/2)
+		w.ssthresh, w.cwndAcc = w.cwnd, 0
+		w.cnpUntil = now + max(w.srtt, cnpCutGap)
+	}
+	return w.pace.cnp(now)
+}
+
+// The window's response to CNPs (cnp).
+const (
+	cnpWindowMin = 16      // PSNs
+	cnpCutGap    = 100_000 // ns: the least time between two cuts
+)
 
 func (w *sendWindow) armTimer(now int64) {
 	if w.timeout != 0 {

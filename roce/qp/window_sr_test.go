@@ -242,6 +242,52 @@ func TestSRTimeoutHalves(t *testing.T) {
 	}
 }
 
+// TestSRCNPHalves (issue 20's incast): with selective repeat and DCQCN a
+// CNP halves the window, at most once per round trip and not below
+// cnpWindowMin, and progress then grows it by one PSN per window; without
+// selective repeat, or without DCQCN, a CNP leaves the window alone.
+func TestSRCNPHalves(t *testing.T) {
+	for _, tc := range []struct {
+		sr, dcqcn bool
+		want      []uint32 // the window after each CNP
+	}{
+		{true, true, []uint32{512, 512, 256, 128, 64, 32, 16, 16}},
+		{false, true, []uint32{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}},
+		{true, false, []uint32{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}},
+	} {
+		var w sendWindow
+		w.start(100, 1024, false)
+		w.sr.enable(tc.sr, &w, SRHold)
+		w.pace.enable(tc.dcqcn, DCQCNParams{}, 0)
+		w.cwnd = 1024
+		w.srtt = 1e6
+		now := int64(1e6)
+		for i, want := range tc.want {
+			w.cnp(now)
+			if w.cwnd != want {
+				t.Fatalf("sr %v dcqcn %v: after CNP %d the window is %d, want %d", tc.sr, tc.dcqcn, i, w.cwnd, want)
+			}
+			if i == 0 {
+				now += 1e6 - 1 // the second CNP comes within the round trip
+			} else {
+				now += 1e6
+			}
+		}
+		if !tc.sr || !tc.dcqcn {
+			continue
+		}
+		w.cwnd, w.ssthresh = 64, 64
+		for psn := uint32(100); psn < 228; psn++ {
+			w.sent(psn, psn+1, false, 0, now)
+		}
+		w.advance(228, now)
+		w.acked(100, now)
+		if w.cwnd != 65 {
+			t.Fatalf("after 128 PSNs acknowledged at window 64 the window is %d, want 65 (one per window)", w.cwnd)
+		}
+	}
+}
+
 // TestSRNoAllocs: once the hold buffer has its slots, holding, SACKing and
 // draining requests allocate nothing, and neither do the scoreboard's
 // per-packet steps (numbering a transmission, reading a SACK, judging,
