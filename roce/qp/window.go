@@ -384,7 +384,7 @@ func (w *sendWindow) cnp(now int64) bool {
 
 // The window's response to CNPs (cnp).
 const (
-	cnpWindowMin = 16      // PSNs
+	cnpWindowMin = 32      // PSNs
 	cnpCutGap    = 100_000 // ns: the least time between two cuts
 )
 

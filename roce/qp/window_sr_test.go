@@ -251,7 +251,7 @@ func TestSRCNPHalves(t *testing.T) {
 		sr, dcqcn bool
 		want      []uint32 // the window after each CNP
 	}{
-		{true, true, []uint32{512, 512, 256, 128, 64, 32, 16, 16}},
+		{true, true, []uint32{512, 512, 256, 128, 64, 32, 32, 32}},
 		{false, true, []uint32{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}},
 		{true, false, []uint32{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}},
 	} {
