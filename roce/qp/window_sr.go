@@ -38,7 +38,6 @@ import (
 type srBoard struct {
 	on     bool
 	sacked *[srWords]uint64 // the responder holds it (or it is not a request: READ responses)
-	rdHeld *[srWords]uint64 // READ responses placed past their READ's next expected one (sr_read.go)
 	lost   *[srWords]uint64 // presumed lost and not resent since
 	seq    *[srSlots]uint32 // each PSN's latest transmission number
 	resAt  *[srSlots]int64  // when it was resent (0: sent once)
@@ -67,13 +66,12 @@ func (b *srBoard) enable(on bool, w *sendWindow, peer uint32) {
 		return
 	}
 	if old.sacked == nil {
-		old.sacked, old.lost, old.rdHeld = new([srWords]uint64), new([srWords]uint64), new([srWords]uint64)
+		old.sacked, old.lost = new([srWords]uint64), new([srWords]uint64)
 		old.seq, old.log, old.resAt = new([srSlots]uint32), new([srLog]uint32), new([srSlots]int64)
 	}
 	clear(old.sacked[:])
 	clear(old.lost[:])
-	clear(old.rdHeld[:])
-	b.sacked, b.lost, b.seq, b.log, b.resAt, b.rdHeld = old.sacked, old.lost, old.seq, old.log, old.resAt, old.rdHeld
+	b.sacked, b.lost, b.seq, b.log, b.resAt = old.sacked, old.lost, old.seq, old.log, old.resAt
 	b.scan, b.high = w.una, w.una
 	if peer == 0 {
 		peer = srLegacyWindow
