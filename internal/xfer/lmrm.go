@@ -88,6 +88,12 @@ func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r i
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return &readError{off: off, err: err}
 		}
+		// A cancelled transfer stops here, even while slots keep coming
+		// back without a wait (which would see it): no slot is written
+		// after the cancellation is known.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		for {
 			if err = lr.Write(s, buf); !errors.Is(err, lmrm.ErrBusy) {
 				break
