@@ -188,30 +188,11 @@ func (m *mckey) srcGID() netip.Addr {
 // rdma_create_qp leaves a UDP id's), its receives posted on a receiver, and
 // its address handle for the group.
 func (m *mckey) node(av roce.AddressVector) (*udNode, error) {
-	n := &udNode{buf: make([]byte, roce.GRHLen+m.size), ah: &roce.AH{AV: av, QPN: roce.MulticastQPN, QKey: roce.UDPQKey}}
-	m.nodes = append(m.nodes, n)
-	pd := m.dev.AllocPD()
-	depth := max(m.count, 1)
-	var err error
-	if n.cq, err = m.dev.CreateCQ(2 * depth); err != nil {
+	n, err := newUDNode(m.dev, m.size, m.count, !m.sender)
+	n.ah = &roce.AH{AV: av, QPN: roce.MulticastQPN, QKey: roce.UDPQKey}
+	m.nodes = append(m.nodes, n) // closed with the others, whole or not
+	if err != nil {
 		return nil, err
-	}
-	if n.mr, err = pd.RegMR(n.buf, roce.LocalWrite); err != nil {
-		return nil, err
-	}
-	if n.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.UD, SendCQ: n.cq, RecvCQ: n.cq, MaxSendWR: depth, MaxRecvWR: depth, MaxSGE: 1}); err != nil {
-		return nil, err
-	}
-	if err := n.qp.Activate(roce.UDPQKey, 0); err != nil {
-		return nil, err
-	}
-	if m.sender {
-		return n, nil
-	}
-	for i := range m.count { // every receive into the one buffer, as mckey posts them
-		if err := n.qp.PostRecv(roce.RecvWR{ID: uint64(i), SGL: n.sge(roce.GRHLen + m.size)}); err != nil {
-			return nil, err
-		}
 	}
 	return n, nil
 }

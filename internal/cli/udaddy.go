@@ -137,26 +137,42 @@ func (u *udaddy) node() (*udNode, error) {
 	if err := u.checkSize(); err != nil {
 		return nil, err
 	}
-	n := &udNode{buf: make([]byte, roce.GRHLen+u.size)}
-	u.nodes = append(u.nodes, n)
-	pd := u.dev.AllocPD()
-	depth := max(u.count, 1)
-	var err error
-	if n.cq, err = u.dev.CreateCQ(2 * depth); err != nil {
+	n, err := newUDNode(u.dev, u.size, u.count, true)
+	u.nodes = append(u.nodes, n) // closed with the others, whole or not
+	if err != nil {
 		return nil, err
+	}
+	return n, nil
+}
+
+// newUDNode makes a UD queue pair in a protection domain of its own (RTS,
+// Q_Key 0x01234567, as rdma_create_qp leaves a UDP id's) with queues count
+// deep and a buffer of the GRH and size bytes; with recv, count receives
+// posted into that one buffer, as udaddy and mckey post them. On failure
+// it returns the node as far as it was made, for its owner to close.
+func newUDNode(dev *roce.Device, size, count int, recv bool) (*udNode, error) {
+	n := &udNode{buf: make([]byte, roce.GRHLen+size)}
+	pd := dev.AllocPD()
+	depth := max(count, 1)
+	var err error
+	if n.cq, err = dev.CreateCQ(2 * depth); err != nil {
+		return n, err
 	}
 	if n.mr, err = pd.RegMR(n.buf, roce.LocalWrite); err != nil {
-		return nil, err
+		return n, err
 	}
 	if n.qp, err = pd.CreateQP(roce.QPConfig{Type: roce.UD, SendCQ: n.cq, RecvCQ: n.cq, MaxSendWR: depth, MaxRecvWR: depth, MaxSGE: 1}); err != nil {
-		return nil, err
+		return n, err
 	}
 	if err := n.qp.Activate(roce.UDPQKey, 0); err != nil {
-		return nil, err
+		return n, err
 	}
-	for i := range u.count { // every receive into the one buffer, as udaddy posts them
-		if err := n.qp.PostRecv(roce.RecvWR{ID: uint64(i), SGL: n.sge(roce.GRHLen + u.size)}); err != nil {
-			return nil, err
+	if !recv {
+		return n, nil
+	}
+	for i := range count {
+		if err := n.qp.PostRecv(roce.RecvWR{ID: uint64(i), SGL: n.sge(roce.GRHLen + size)}); err != nil {
+			return n, err
 		}
 	}
 	return n, nil
