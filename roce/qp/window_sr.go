@@ -2,6 +2,7 @@ package qp
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 
 	"github.com/xdproce/xdproce/roce/wire"
@@ -23,12 +24,17 @@ import (
 // when the window is full and nothing new follows them. Each transmission
 // is judged once (log), so the work is constant per packet. The arrival of
 // a PSN that was resent is the resend's only when it is known at least
-// max(minimum round trip, srtt/2) after the resend (ambig): sooner, it is
-// the original, late (reordered), and says nothing about what was sent
-// since; without this, a reordered packet resent and then arriving would
-// mark lost every packet in flight. (RACK takes the minimum round trip
-// alone; srtt/2 keeps a stall of this loaded host between two SACKs from
-// passing for a round trip.)
+// max(minimum round trip, srtt/2) after the resend, or when the copy sent
+// before the resend is older than 2·srtt + 4·rttvar (ambiguity): otherwise
+// it may be that copy, late (reordered), which says nothing about what was
+// sent since; without this, a reordered packet resent and then arriving
+// would mark lost every packet in flight. (RACK takes the minimum round
+// trip alone; srtt/2 keeps a stall of this loaded host between two SACKs
+// from passing for a round trip.) A copy that old was lost, not delayed:
+// without that bound, when the resends of a burst loss were lost again and
+// each later resend (the fast timer's probes, one per 2·srtt) came back
+// within srtt/2, no arrival counted and the holes were repaired one probe
+// at a time (a daemon's bench client took 6 s over 134 holes).
 //
 // PSNs index the bitmaps modulo srSlots: the window never has more than
 // srSlots PSNs in flight when it is on (enable caps it), so the PSNs from
@@ -40,7 +46,8 @@ type srBoard struct {
 	sacked *[srWords]uint64 // the responder holds it (or it is not a request: READ responses)
 	lost   *[srWords]uint64 // presumed lost and not resent since
 	seq    *[srSlots]uint32 // each PSN's latest transmission number
-	resAt  *[srSlots]int64  // when it was resent (0: sent once)
+	txAt   *[srSlots]int64  // when its latest transmission went
+	gap    *[srSlots]uint32 // µs from the transmission before to the latest (0: sent once)
 	log    *[srLog]uint32   // the PSN of transmission n, at n % srLog
 	txSeq  uint32           // the next transmission number
 	judged uint32           // transmissions before this one are judged
@@ -67,11 +74,12 @@ func (b *srBoard) enable(on bool, w *sendWindow, peer uint32) {
 	}
 	if old.sacked == nil {
 		old.sacked, old.lost = new([srWords]uint64), new([srWords]uint64)
-		old.seq, old.log, old.resAt = new([srSlots]uint32), new([srLog]uint32), new([srSlots]int64)
+		old.seq, old.log = new([srSlots]uint32), new([srLog]uint32)
+		old.txAt, old.gap = new([srSlots]int64), new([srSlots]uint32)
 	}
 	clear(old.sacked[:])
 	clear(old.lost[:])
-	b.sacked, b.lost, b.seq, b.log, b.resAt = old.sacked, old.lost, old.seq, old.log, old.resAt
+	b.sacked, b.lost, b.seq, b.log, b.txAt, b.gap = old.sacked, old.lost, old.seq, old.log, old.txAt, old.gap
 	b.scan, b.high = w.una, w.una
 	if peer == 0 {
 		peer = srLegacyWindow
@@ -108,13 +116,14 @@ func (b *srBoard) sent(psn, next uint32, resent bool, now int64) {
 	n := b.txSeq
 	b.txSeq++
 	b.log[n%srLog] = psn
-	at := int64(0)
-	if resent {
-		at = max(now, 1)
-	}
 	for p, k := psn, 0; p != next && k < srSlots; p, k = wire.PSNAdd(p, 1), k+1 {
-		b.seq[p&srMask] = n
-		b.resAt[p&srMask] = at
+		i := p & srMask
+		b.seq[i] = n
+		b.gap[i] = 0
+		if resent {
+			b.gap[i] = uint32(min(max((now-b.txAt[i])/1000, 1), math.MaxUint32))
+		}
+		b.txAt[i] = now
 	}
 	setBit(b.lost, psn, false)
 	if d := b.txSeq - b.judged; d > srLog {
@@ -122,12 +131,16 @@ func (b *srBoard) sent(psn, next uint32, resent bool, now int64) {
 	}
 }
 
+// ambiguity bounds when the arrival of a resent PSN may be its earlier
+// copy's (arrived): known sooner than resend after the resend, with that
+// copy younger than prior.
+type ambiguity struct{ resend, prior int64 }
+
 // arrived notes that psn arrived (held or acknowledged), known at now. A
-// resent PSN known to have arrived sooner than ambig after the resend is
-// taken for its original, which says nothing new.
-func (b *srBoard) arrived(psn uint32, now, ambig int64) {
+// resent PSN that may have been its earlier copy (a) says nothing new.
+func (b *srBoard) arrived(psn uint32, now int64, a ambiguity) {
 	i := psn & srMask
-	if at := b.resAt[i]; at != 0 && now-at < ambig {
+	if g := b.gap[i]; g != 0 && now-b.txAt[i] < a.resend && now-b.txAt[i]+int64(g)*1000 < a.prior {
 		return
 	}
 	if n := b.seq[i] + 1; seqBefore(b.mark, n) || b.mark == 0 {
@@ -137,7 +150,7 @@ func (b *srBoard) arrived(psn uint32, now, ambig int64) {
 
 // forget clears the PSNs from..to-1 (acknowledged at now: unacked moved
 // past them) and notes them arrived.
-func (b *srBoard) forget(from, to uint32, now, ambig int64) {
+func (b *srBoard) forget(from, to uint32, now int64, ambig ambiguity) {
 	if wire.PSNDiff(to, from) >= srSlots {
 		clear(b.sacked[:])
 		clear(b.lost[:])
@@ -155,11 +168,16 @@ func (b *srBoard) forget(from, to uint32, now, ambig int64) {
 // (bit j: PSN base+1+j held; a multiple of 8 bytes); max is one past the
 // highest PSN sent, now the time it came, ambig as for arrived.
 // PSNs never sent are ignored. It reports whether the SACK named a PSN
-// held that was not known to be (the responder is receiving).
-func (b *srBoard) sack(base uint32, bm []byte, max uint32, now, ambig int64) (news bool) {
+// held that was not known to be (the responder is receiving). A base the
+// scoreboard has as held was dropped by the responder after it was
+// SACKed (a SEND it held found no receive WQE when its turn came: its RNR
+// NAK may be lost), so it is lost: without this nothing but a timeout
+// would resend it, and a timeout resends only what is not held (lostAll).
+func (b *srBoard) sack(base uint32, bm []byte, max uint32, now int64, ambig ambiguity) (news bool) {
 	if !b.on {
 		return false
 	}
+	b.renege(base)
 	first := wire.PSNAdd(base, 1)
 	n := min(int(wire.PSNDiff(max, first)), 8*len(bm)) // bits that name a PSN sent
 	for k := 0; k < n; k += 64 {
@@ -201,19 +219,29 @@ func (b *srBoard) judge(una, max uint32) {
 		if b.seq[psn&srMask] != b.judged || uint32(wire.PSNDiff(psn, una)) >= inFlight || bit(b.sacked, psn) {
 			continue
 		}
-		setBit(b.lost, psn, true)
-		if wire.PSNBefore(psn, b.scan) {
-			b.scan = psn
-		}
-		if next := wire.PSNAdd(psn, 1); wire.PSNBefore(b.high, next) {
-			b.high = next
-		}
+		b.markLost(psn)
+	}
+}
+
+// renege takes back what a SACK said of psn: the responder does not hold
+// it (any more), so it is lost. (As RFC 2018's sender, which after a
+// timeout no longer trusts SACKed data, but only where the responder can
+// drop: the PSN it expects next.)
+func (b *srBoard) renege(psn uint32) {
+	if bit(b.sacked, psn) {
+		setBit(b.sacked, psn, false)
+		b.markLost(psn)
 	}
 }
 
 // lostAll presumes everything in flight and not held lost (a timer fired):
-// every such PSN up to max is resent once more.
+// every such PSN up to max is resent once more. The oldest, una, is lost
+// even if a SACK said it was held: a responder holding it would have run it
+// and acknowledged it, so it dropped it since (renege).
 func (b *srBoard) lostAll(una, max uint32) {
+	if wire.PSNBefore(una, max) {
+		b.renege(una)
+	}
 	for psn := una; wire.PSNBefore(psn, max); psn = wire.PSNAdd(psn, 1) {
 		setBit(b.lost, psn, !bit(b.sacked, psn))
 	}
@@ -221,19 +249,28 @@ func (b *srBoard) lostAll(una, max uint32) {
 	b.judged = b.txSeq // what is lost now is marked
 }
 
-// probe marks lost the newest PSN in flight (una..max-1) not held.
+// probe marks lost the newest PSN in flight (una..max-1) not held; when
+// all are held, una (renege).
 func (b *srBoard) probe(una, max uint32) {
 	for psn := wire.PSNAdd(max, wire.PSNMask); wire.PSNDiff(psn, una) >= 0; psn = wire.PSNAdd(psn, wire.PSNMask) {
 		if !bit(b.sacked, psn) {
-			setBit(b.lost, psn, true)
-			if wire.PSNBefore(psn, b.scan) {
-				b.scan = psn
-			}
-			if next := wire.PSNAdd(psn, 1); wire.PSNBefore(b.high, next) {
-				b.high = next
-			}
+			b.markLost(psn)
 			return
 		}
+	}
+	if wire.PSNBefore(una, max) {
+		b.renege(una)
+	}
+}
+
+// markLost marks psn lost and within nextHole's range.
+func (b *srBoard) markLost(psn uint32) {
+	setBit(b.lost, psn, true)
+	if wire.PSNBefore(psn, b.scan) {
+		b.scan = psn
+	}
+	if next := wire.PSNAdd(psn, 1); wire.PSNBefore(b.high, next) {
+		b.high = next
 	}
 }
 
@@ -316,9 +353,12 @@ func (b *srBoard) sackNews(w *sendWindow, now int64) {
 	b.keepFast(w, now)
 }
 
-// ambig is how long after a resend an arrival may still be the original's
-// (arrived).
-func (w *sendWindow) ambig() int64 { return max(w.minRTT, w.srtt/2) }
+// ambig is when an arrival of a resent PSN may still be the earlier copy's
+// (arrived): within max(minRTT, srtt/2) of the resend, that copy younger
+// than the go-back-N fast timeout's 2·srtt + 4·rttvar (before backoff).
+func (w *sendWindow) ambig() ambiguity {
+	return ambiguity{resend: max(w.minRTT, w.srtt/2), prior: max(2*w.srtt+4*w.rttvar, fastMinRTO)}
+}
 
 // sackRTT takes the window's RTT sample when a SACK at now shows its packet
 // arrived: with selective repeat a packet past a hole is answered by SACKs

@@ -84,6 +84,25 @@ func TestSRWindow(t *testing.T) {
 			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
 			{at: 1200, rtt: 500, ack: 102, resend: nil},
 		}},
+		// The same early answer to a resend whose earlier copy went 99 µs
+		// before it, long past the 20 µs that copy may be late by (the
+		// fast timeout's floor), is the resend's: that copy was lost.
+		{"an old copy's resend answered early", []step{
+			{at: 100_000, sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
+			{at: 100_200, rtt: 500, ack: 102, resend: psnRange(102, 164)},
+		}},
+		// The responder SACKed 101..103, then dropped 101 (a SEND whose
+		// receive WQE was missing when its turn came; the RNR NAK lost):
+		// its SACK with base 101 takes 101 back, and a timeout resends the
+		// oldest PSN even while it is marked held.
+		{"a SACK's base held is lost", []step{
+			{sack: true, base: 100, held: []int{1, 2, 3}, resend: []uint32{100}},
+			{ack: 101, sack: true, base: 101, resend: append([]uint32{101}, psnRange(104, 164)...)},
+		}},
+		{"a timeout resends the oldest even if held", []step{
+			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
+			{ack: 101, lost: true, resend: psnRange(101, 164)},
+		}},
 		{"a resend answered after a round trip", []step{
 			{sack: true, base: 100, held: []int{1}, resend: []uint32{100}},
 			{at: 1600, rtt: 500, ack: 102, resend: psnRange(102, 164)},
@@ -112,7 +131,7 @@ func TestSRWindow(t *testing.T) {
 					w.advance(s.ack, now)
 				}
 				if s.sack {
-					w.sr.sack(s.base, sackBits(s.held...), w.max, now, s.rtt)
+					w.sr.sack(s.base, sackBits(s.held...), w.max, now, ambiguity{resend: s.rtt, prior: fastMinRTO})
 				}
 				if s.lost {
 					w.sr.lostAll(w.una, w.max)
@@ -141,7 +160,7 @@ func TestSRWindowOff(t *testing.T) {
 	w.start(100, 1024, true)
 	w.sr.enable(false, &w, 0)
 	w.sent(100, 101, true, 0, 1)
-	w.sr.sack(100, sackBits(1), 101, 1, 0)
+	w.sr.sack(100, sackBits(1), 101, 1, ambiguity{})
 	if _, ok := w.sr.nextHole(100, 101); ok || w.limit != 1024 {
 		t.Fatalf("go-back-N window: a hole named, or limit %d", w.limit)
 	}
@@ -193,7 +212,7 @@ func TestSRSackBitmap(t *testing.T) {
 		w.sr.enable(true, &w, srSlots)
 		sent := wire.PSNAdd(epsn, uint32(1+rng.IntN(srSlots)))
 		w.max, w.anySent = sent, true
-		w.sr.sack(epsn, buf[:n], sent, 1, 0)
+		w.sr.sack(epsn, buf[:n], sent, 1, ambiguity{})
 		for psn := epsn; psn != sent; psn = wire.PSNAdd(psn, 1) {
 			held := want[psn]
 			if bit(w.sr.sacked, psn) != held {
