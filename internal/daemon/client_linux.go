@@ -57,6 +57,7 @@ type client struct {
 	grMu          sync.Mutex // guards grants; held by a copy on a grant
 	grants        map[uint32]*grant
 	kicks         []*client // clients to signal at the end of the batch (kick_linux.go; client goroutine)
+	wire          wireTx    // its frames to the wire in the batch (egress_linux.go; client goroutine)
 }
 
 // accept takes clients until the listener closes.
@@ -237,10 +238,11 @@ func (c *client) serve() {
 		if err != nil {
 			break
 		}
+		c.wire.want = n
 		for i := range n {
 			d.fromClient(c, rx[i])
 		}
-		c.kick()
+		c.endBatch()
 		if n == len(rx) {
 			continue
 		}
@@ -251,6 +253,13 @@ func (c *client) serve() {
 			break
 		}
 	}
+}
+
+// endBatch sends c's frames to the wire and signals the clients its batch
+// queued placement messages to.
+func (c *client) endBatch() {
+	c.d.eg.flush(&c.wire, c.d.up.Link, &c.d.st)
+	c.kick()
 }
 
 // release forgets c: its QPN block becomes free, its port and connection

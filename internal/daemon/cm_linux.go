@@ -181,7 +181,7 @@ func (d *Daemon) fromClientQP1(c *client, frame []byte) {
 		}
 		return
 	}
-	d.toWire(frame, b, h)
+	d.toWire(c, frame, b, h)
 }
 
 // steerQP1 delivers a frame to QPN 1 (its bytes: frame, or hdr when not

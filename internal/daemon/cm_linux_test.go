@@ -30,18 +30,6 @@ func madFrame(t testing.TB, src, dst netip.Addr, tid uint64, m rdmacm.Message) [
 	return b[:n]
 }
 
-// wireFrames takes the frames queued to the wire.
-func wireFrames(d *Daemon) [][]byte {
-	var out [][]byte
-	q := &d.eg
-	for q.count > 0 {
-		out = append(out, bytes.Clone(q.slots[q.head][:q.lens[q.head]]))
-		q.head = (q.head + 1) % len(q.slots)
-		q.count--
-	}
-	return out
-}
-
 // decodeMAD decodes the CM message of a QP1 frame.
 func decodeMAD(t *testing.T, f []byte) (wire.Packet, rdmacm.Header, rdmacm.Message) {
 	t.Helper()
@@ -95,7 +83,7 @@ func TestCMSteering(t *testing.T) {
 		if got := recv(bEnd); len(got) != 0 {
 			t.Errorf("%s: b got %d frames", name, len(got))
 		}
-		if got := wireFrames(d); len(got) != 0 {
+		if got := s.wireFrames(t); len(got) != 0 {
 			t.Errorf("%s: %d frames to the wire", name, len(got))
 		}
 	}
@@ -149,7 +137,7 @@ func TestCMSteering(t *testing.T) {
 	} {
 		before := d.st.cmAnswered.Load()
 		d.fromWire(madFrame(t, remoteIP, localIP, 0x1234, tc.in))
-		out := wireFrames(d)
+		out := s.wireFrames(t)
 		if len(out) != 1 {
 			t.Errorf("%s: %d frames to the wire, want the answer", tc.name, len(out))
 			continue
@@ -171,7 +159,7 @@ func TestCMSteering(t *testing.T) {
 	// From a client.
 	f = madFrame(t, localIP, remoteIP, 8, &rdmacm.REQ{LocalCommID: a.commFirst + 9, ServiceID: sid})
 	d.fromClient(a, f)
-	out := wireFrames(d)
+	out := s.wireFrames(t)
 	want := bytes.Clone(f)
 	copy(want[6:12], localMAC[:])
 	if len(out) != 1 || !bytes.Equal(out[0], want) {
@@ -224,7 +212,7 @@ func TestCMSteering(t *testing.T) {
 
 	d.dropServices(b)
 	d.fromWire(madFrame(t, remoteIP, localIP, 5, req))
-	if out := wireFrames(d); len(out) != 1 {
+	if out := s.wireFrames(t); len(out) != 1 {
 		t.Errorf("REQ to a departed client's service: %d frames to the wire, want the REJ", len(out))
 	}
 	none("REQ to a departed client's service")

@@ -64,7 +64,7 @@ func TestGroupFanOut(t *testing.T) {
 	if got := recv(aEnd); len(got) != 0 {
 		t.Errorf("a got its own group frame back %d times", len(got))
 	}
-	if got := wireFrames(d); len(got) != 1 || !bytes.Equal(got[0][12:], out[12:]) {
+	if got := s.wireFrames(t); len(got) != 1 || !bytes.Equal(got[0][12:], out[12:]) {
 		t.Errorf("%d of a's group frames to the wire, want 1", len(got))
 	}
 

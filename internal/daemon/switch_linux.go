@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,16 +92,21 @@ func (d *Daemon) fromClient(c *client, frame []byte) {
 	if h.dqpn == mcastQPN && d.fanOut(h, frame, snap, c) {
 		d.st.switched.Add(1)
 	}
-	d.toWire(frame, snap, h)
+	d.toWire(c, frame, snap, h)
 }
 
-// toWire queues a client's frame (its header replaced by snap, the private
-// copy h was read from) to the interface, with the interface's MAC as its
-// source.
-func (d *Daemon) toWire(frame, snap []byte, h *header) {
+// toWire sends c's frame (its header replaced by snap, the private copy h
+// was read from) to the interface, with the interface's MAC as its source:
+// copied into a transmit buffer of the uplink that goes out at the end of
+// c's batch, or, when the uplink has none free, queued for the uplink
+// goroutine.
+func (d *Daemon) toWire(c *client, frame, snap []byte, h *header) {
 	copy(snap[6:12], d.hw[:])
 	if snap[0]|snap[1]|snap[2]|snap[3]|snap[4]|snap[5] == 0 && d.up.HWAddr != nil && !d.neigh.lookup(&h.dst, snap[:6]) {
 		d.st.dropNoNeighbor.Add(1)
+		return
+	}
+	if d.eg.put(&c.wire, d.up.Link, frame, snap, &d.st) {
 		return
 	}
 	if d.eg.push(frame, snap, d.up.Link) {
@@ -179,103 +183,3 @@ func (d *Daemon) uplink() {
 }
 
 func isClosed(err error) bool { return err != nil && errors.Is(err, link.ErrClosed) }
-
-// egress is the queue of frames from clients to the wire: the uplink
-// goroutine owns the link, so clients' goroutines copy their frames here
-// and wake it. Fixed slots: nothing is allocated per frame.
-type egress struct {
-	mu     sync.Mutex
-	room   sync.Cond
-	slots  [][]byte
-	lens   []int
-	head   int
-	count  int
-	closed bool
-}
-
-func (q *egress) init(maxFrame, n int) {
-	q.room.L = &q.mu
-	q.slots = make([][]byte, n)
-	q.lens = make([]int, n)
-	for i := range q.slots {
-		q.slots[i] = make([]byte, maxFrame)
-	}
-}
-
-// push queues frame, its first len(hdr) bytes replaced by hdr, waiting for
-// room while the queue is full (it then reports true), and wakes the
-// uplink when the queue was empty (otherwise it is awake or about to
-// drain).
-func (q *egress) push(frame, hdr []byte, l link.Link) (waited bool) {
-	q.mu.Lock()
-	for q.count == len(q.slots) && !q.closed {
-		waited = true
-		l.Wake()
-		q.room.Wait()
-	}
-	if q.closed || len(frame) > len(q.slots[0]) {
-		q.mu.Unlock()
-		return waited
-	}
-	i := (q.head + q.count) % len(q.slots)
-	copy(q.slots[i], frame)
-	copy(q.slots[i], hdr)
-	q.lens[i] = len(frame)
-	q.count++
-	wake := q.count == 1
-	q.mu.Unlock()
-	if wake {
-		l.Wake()
-	}
-	return waited
-}
-
-// drain sends what is queued through l; it reports whether frames are
-// left (the link had no transmit buffers for them).
-func (q *egress) drain(l link.Link, bufs [][]byte, st *counters) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for q.count > 0 {
-		k := l.Alloc(bufs[:min(q.count, len(bufs))])
-		if k == 0 {
-			st.wireNoBuffer.Add(1)
-			return true
-		}
-		for j := range k {
-			i := (q.head + j) % len(q.slots)
-			bufs[j] = bufs[j][:copy(bufs[j], q.slots[i][:q.lens[i]])]
-		}
-		if err := l.Send(bufs[:k]); err != nil {
-			st.wireErrors.Add(1)
-		}
-		st.wireTx.Add(uint64(k))
-		q.head = (q.head + k) % len(q.slots)
-		q.count -= k
-		q.room.Broadcast()
-	}
-	return false
-}
-
-// tryPush queues frame unless the queue is full (the uplink goroutine's
-// own frames: it cannot wait for itself to drain); it reports whether it
-// did.
-func (q *egress) tryPush(frame []byte, l link.Link) bool {
-	q.mu.Lock()
-	if q.closed || q.count == len(q.slots) || len(frame) > len(q.slots[0]) {
-		q.mu.Unlock()
-		return false
-	}
-	i := (q.head + q.count) % len(q.slots)
-	q.lens[i] = copy(q.slots[i], frame)
-	q.count++
-	q.mu.Unlock()
-	l.Wake()
-	return true
-}
-
-func (q *egress) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.room.Broadcast()
-	q.mu.Unlock()
-}

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/xdproce/xdproce/cm/rdmacm"
 	"github.com/xdproce/xdproce/link/pipe"
@@ -25,12 +24,18 @@ var (
 // testSwitch is a daemon without a socket: its uplink is one end of a pipe
 // (wire is the other), and clients are added by hand.
 type testSwitch struct {
-	d    *Daemon
-	wire *pipe.Link
+	d       *Daemon
+	wire    *pipe.Link
+	clients []*client
 }
 
 func newTestSwitch(t testing.TB) *testSwitch {
-	up, wireEnd, err := pipe.New(pipe.Config{MTU: 4200})
+	return newTestSwitchOn(t, pipe.Config{MTU: 4200})
+}
+
+// newTestSwitchOn is newTestSwitch over a pipe configured by cfg.
+func newTestSwitchOn(t testing.TB, cfg pipe.Config) *testSwitch {
+	up, wireEnd, err := pipe.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +63,36 @@ func (s *testSwitch) addClient(t testing.TB, b int) (*client, *shm.Link) {
 	c := &client{d: s.d, id: b, port: port}
 	s.d.nextBlock = b
 	s.d.takeBlock(c)
+	s.clients = append(s.clients, c)
 	t.Cleanup(func() { port.Close(); end.Close() })
 	return c, end
+}
+
+// wireFrames ends every client's batch (as its serving goroutine does),
+// sends what the egress queue holds (as the uplink goroutine does) and
+// returns the frames that reached the wire, in order.
+func (s *testSwitch) wireFrames(t testing.TB) [][]byte {
+	t.Helper()
+	for _, c := range s.clients {
+		c.endBatch()
+	}
+	if s.d.eg.drain(s.d.up.Link, s.d.st.uplinkTx[:], &s.d.st) {
+		t.Fatal("the uplink had no transmit buffer for a queued frame")
+	}
+	var out [][]byte
+	fr := make([][]byte, 16)
+	for {
+		n, err := s.wire.Receive(fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fr[:n] {
+			out = append(out, bytes.Clone(f))
+		}
+		if n < len(fr) {
+			return out
+		}
+	}
 }
 
 // frame encodes a RoCEv2 frame from src to dst for dqpn (UD with source
@@ -129,28 +162,22 @@ func TestSteering(t *testing.T) {
 			t.Errorf("b got %d frames from a, want the one byte-exact", len(got))
 		}
 	}
-	if d.st.switched.Load() != 2 || d.eg.count != 0 {
-		t.Errorf("switched %d, queued to the wire %d", d.st.switched.Load(), d.eg.count)
+	if got := s.wireFrames(t); d.st.switched.Load() != 2 || len(got) != 0 {
+		t.Errorf("switched %d, sent to the wire %d", d.st.switched.Load(), len(got))
 	}
 
-	// Client to the wire.
+	// Client to the wire: into a transmit buffer, sent at the end of the
+	// client's batch.
 	out := frame(t, localIP, remoteIP, 0x77, false, 0)
+	tx := d.st.wireTx.Load()
 	d.fromClient(a, out)
-	if d.eg.count != 1 {
-		t.Fatalf("queued to the wire: %d", d.eg.count)
-	}
-	d.eg.drain(d.up.Link, d.st.uplinkTx[:], &d.st)
-	fr := make([][]byte, 4)
-	deadline := time.Now().Add(time.Second)
-	n := 0
-	for n == 0 && time.Now().Before(deadline) {
-		s.wire.Wait(10 * time.Millisecond)
-		n, _ = s.wire.Receive(fr)
+	if n, _ := s.wire.Receive(make([][]byte, 4)); n != 0 || d.eg.count != 0 {
+		t.Fatalf("before the batch's end: %d frames on the wire, %d queued", n, d.eg.count)
 	}
 	want := bytes.Clone(out)
 	copy(want[6:12], localMAC[:])
-	if n != 1 || !bytes.Equal(fr[0], want) {
-		t.Errorf("wire got %d frames, want the one with the interface's source MAC", n)
+	if got := s.wireFrames(t); len(got) != 1 || !bytes.Equal(got[0], want) || d.st.wireTx.Load() != tx+1 {
+		t.Errorf("wire got %d frames (wire_tx +%d), want the one with the interface's source MAC", len(got), d.st.wireTx.Load()-tx)
 	}
 
 	// Drops.
@@ -171,8 +198,8 @@ func TestSteering(t *testing.T) {
 		if tc.ctr() != before+1 {
 			t.Errorf("%s: counter %d, want %d", tc.name, tc.ctr(), before+1)
 		}
-		if got := recv(bEnd); len(got) != 0 || d.eg.count != 0 {
-			t.Errorf("%s: b got %d frames, %d queued to the wire", tc.name, len(got), d.eg.count)
+		if got, w := recv(bEnd), s.wireFrames(t); len(got) != 0 || len(w) != 0 {
+			t.Errorf("%s: b got %d frames, the wire %d", tc.name, len(got), len(w))
 		}
 	}
 }
@@ -236,16 +263,59 @@ func FuzzClientFrame(f *testing.F) {
 				t.Fatalf("b got % x from % x", got, in)
 			}
 		}
-		q := &s.d.eg
-		for q.count > 0 {
-			got := q.slots[q.head][:q.lens[q.head]]
+		for _, got := range s.wireFrames(t) {
 			if !parse(got, &h) || !s.d.isLocal(&h.src) || s.d.isLocal(&h.dst) ||
 				h.ud && (h.sqpn < a.first || h.sqpn > a.last) && !(h.sqpn == 1 && fromA(got, &h)) ||
 				!bytes.Equal(got[12:], in[12:]) || !bytes.Equal(got[6:12], localMAC[:]) {
-				t.Fatalf("queued to the wire % x from % x", got, in)
+				t.Fatalf("sent to the wire % x from % x", got, in)
 			}
-			q.head = (q.head + 1) % len(q.slots)
-			q.count--
 		}
 	})
+}
+
+// TestEgressOrder: a client's frames to the wire go into the uplink's
+// transmit buffers and leave at the end of its batch; when the uplink has
+// no free buffer, the frames the client filled leave at once and the
+// frame goes to the egress queue, later frames (any client's) follow it
+// there while the queue holds frames, and every frame reaches the wire
+// once, each client's in the order sent, counted in wire_tx.
+func TestEgressOrder(t *testing.T) {
+	s := newTestSwitchOn(t, pipe.Config{MTU: 4200, TxBuffers: 4})
+	d := s.d
+	a, _ := s.addClient(t, 1)
+	b, _ := s.addClient(t, 2)
+	out := func(i int) []byte { return frame(t, localIP, remoteIP, 0x70+uint32(i), false, 0) }
+	b.wire.want = 1
+	d.fromClient(b, out(9)) // b holds one buffer until its batch ends
+	a.wire.want = 6
+	for i := range 6 {
+		d.fromClient(a, out(i)) // 0..2 into the three buffers left, 3..5 queued
+	}
+	d.fromClient(b, out(10)) // behind a's queued frames
+	if d.eg.count != 4 || a.wire.m != 0 {
+		t.Fatalf("%d frames queued (want 4), a holds %d buffers", d.eg.count, a.wire.m)
+	}
+	b.endBatch()                                   // b's first frame leaves: its buffer is free again
+	d.eg.drain(d.up.Link, d.st.uplinkTx[:], &d.st) // the uplink's round, before a's batch ends
+	got := s.wireFrames(t)
+	order := []int{0, 1, 2, 9, 3, 4, 5, 10}
+	if len(got) != len(order) {
+		t.Fatalf("the wire got %d frames, want %d", len(got), len(order))
+	}
+	for i, f := range got {
+		want := out(order[i])
+		copy(want[6:12], localMAC[:])
+		if !bytes.Equal(f, want) {
+			t.Errorf("frame %d on the wire is not frame %d", i, order[i])
+		}
+	}
+	// The queue is empty again: the next frame goes into a buffer and
+	// leaves with the end of the batch.
+	d.fromClient(a, out(7))
+	if d.eg.count != 0 || a.wire.n != 1 {
+		t.Errorf("after the queue drained: %d queued, %d in a's buffers", d.eg.count, a.wire.n)
+	}
+	if got := s.wireFrames(t); len(got) != 1 || d.st.wireTx.Load() != 9 || d.st.egressFull.Load() != 0 {
+		t.Errorf("the wire got %d frames, wire_tx %d, egress waits %d", len(got), d.st.wireTx.Load(), d.st.egressFull.Load())
+	}
 }

@@ -33,8 +33,11 @@
 // buffer by where it starts, so frames must start at the start of an Alloc
 // buffer.
 //
-// Concurrency: one goroutine owns a Socket (Receive, Alloc, Send, Free, Wait);
-// Wake, Close, Stats, Props and SetXDPMode may be called from any goroutine.
+// Concurrency: one goroutine receives (Receive, Wait, Nap); Alloc, Send and
+// Free are serialized inside the Socket, so several goroutines may send
+// beside the receiving one (the xdproce daemon's clients each send their
+// frames to the wire); Wake, Close, Stats, Props and SetXDPMode may be called
+// from any goroutine.
 // Close wakes a blocked Wait and waits for a running call to finish before
 // unmapping the memory. The per-frame path allocates nothing and makes no
 // syscalls beyond the wakeups the kernel asks for.

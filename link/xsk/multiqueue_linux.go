@@ -83,6 +83,9 @@ func (m *MultiQueue) Send(frames [][]byte) error { return m.socks[0].Send(frames
 func (m *MultiQueue) Free(bufs [][]byte)         { m.socks[0].Free(bufs) }
 func (m *MultiQueue) Props() link.Props          { return m.socks[0].Props() }
 
+// TxRefused is the sending socket's (Socket.TxRefused).
+func (m *MultiQueue) TxRefused() bool { return m.socks[0].TxRefused() }
+
 // Wait lets every socket kick its pending transmissions (a zero-timeout
 // Wait), then polls all sockets and the wake eventfd; no longer than
 // TxRetryWait while the kernel leaves frames in the first socket's TX ring.

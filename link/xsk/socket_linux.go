@@ -44,6 +44,10 @@ type Socket struct {
 
 	fill, comp, rx, tx ring
 
+	// txMu guards the transmit side (txFree, the TX and completion rings'
+	// private indexes): Alloc, Send and Free may be called from several
+	// goroutines and beside a Wait that kicks pending frames.
+	txMu     sync.Mutex
 	txFree   []uint64 // free TX slot addresses (a stack)
 	rxHeld   []uint64 // chunks of the frames returned by the last Receive
 	scratch  [][]byte // reassembly buffers for multi-buffer frames

@@ -33,6 +33,8 @@ func (s *Socket) Alloc(bufs [][]byte) int {
 	if s.closed.Load() {
 		return 0
 	}
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	if len(s.txFree) < len(bufs) {
 		s.reclaim()
 		if len(s.txFree) < len(bufs) && s.tx.pending() {
@@ -92,6 +94,8 @@ func (s *Socket) Send(frames [][]byte) error {
 	if s.closed.Load() {
 		return link.ErrClosed
 	}
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	var bad error
 	queued := false
 	for _, f := range frames {
@@ -168,9 +172,16 @@ func (s *Socket) kickTx() {
 // (an RC ACK timeout, 67 ms and more).
 const TxRetryWait = 50 * time.Microsecond
 
-// txStuckTimeout returns the timeout of a Wait that kicked the TX ring:
-// timeout, or TxRetryWait if the kernel left frames in the ring (copy mode).
+// txStuckTimeout kicks frames pending in the TX ring and returns the timeout
+// of a Wait: timeout, or TxRetryWait if the kernel left frames in the ring
+// (copy mode).
 func (s *Socket) txStuckTimeout(timeout time.Duration) time.Duration {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if !s.tx.pending() {
+		return timeout
+	}
+	s.kickTx()
 	if s.txRefused() && (timeout < 0 || timeout > TxRetryWait) {
 		s.txRetries.Add(1)
 		return TxRetryWait
@@ -183,10 +194,12 @@ func (s *Socket) txRefused() bool { return !s.zeroCopy && s.tx.pending() }
 // TxRefused reports whether, in copy mode, frames stay in the TX ring that
 // the kernel did not take at the last kick: a poller of several sockets
 // should wait no longer than TxRetryWait before kicking again (Wait does
-// this for its own socket). Call it from the goroutine that sends.
+// this for its own socket). Safe for concurrent use.
 func (s *Socket) TxRefused() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	return !s.closed.Load() && s.txRefused()
 }
 
@@ -198,6 +211,8 @@ func (s *Socket) Free(bufs [][]byte) {
 	if s.closed.Load() {
 		return
 	}
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	for _, b := range bufs {
 		if a, ok := s.slotOf(b); ok {
 			s.txFree = append(s.txFree, a)

@@ -18,10 +18,7 @@ func (s *Socket) Wait(timeout time.Duration) error {
 	if s.closed.Load() {
 		return link.ErrClosed
 	}
-	if s.tx.pending() {
-		s.kickTx()
-		timeout = s.txStuckTimeout(timeout)
-	}
+	timeout = s.txStuckTimeout(timeout)
 	if s.rx.avail() > 0 {
 		return nil
 	}
@@ -70,10 +67,7 @@ func (s *Socket) Nap(timeout time.Duration) error {
 	if s.closed.Load() {
 		return link.ErrClosed
 	}
-	if s.tx.pending() {
-		s.kickTx()
-		timeout = s.txStuckTimeout(timeout)
-	}
+	timeout = s.txStuckTimeout(timeout)
 	var ts *unix.Timespec
 	if timeout >= 0 {
 		s.ts = unix.NsecToTimespec(int64(timeout))
