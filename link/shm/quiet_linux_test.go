@@ -30,7 +30,7 @@ func TestSendCopyQuiet(t *testing.T) {
 	}
 	frame := make([]byte, 60)
 	frame[0] = 0xAB
-	queued, crowded, err := port.SendCopyQuiet(frame)
+	queued, crowded, err := port.SendCopyQuiet(frame, nil)
 	if !queued || crowded || err != nil {
 		t.Fatalf("SendCopyQuiet: %v %v %v", queued, crowded, err)
 	}
@@ -54,7 +54,7 @@ func TestSendCopyQuiet(t *testing.T) {
 	}
 	end.Receive(rx) // hands the frame back
 	for i := range 16 {
-		queued, crowded, _ = port.SendCopyQuiet(frame)
+		queued, crowded, _ = port.SendCopyQuiet(frame, nil)
 		if !queued {
 			t.Fatalf("frame %d not queued", i)
 		}
