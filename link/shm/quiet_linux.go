@@ -27,3 +27,11 @@ func (l *Link) Kick() {
 	unix.Write(l.txWake, one[:])
 	l.wakeups.Add(1)
 }
+
+// PeerSleeps reports whether the peer said it sleeps waiting for frames
+// (its need-wakeup flag is up: the next Kick or signalling send wakes it).
+func (l *Link) PeerSleeps() bool {
+	l.life.RLock()
+	defer l.life.RUnlock()
+	return !l.closing.Load() && l.tx.need.Load() != 0
+}

@@ -22,7 +22,7 @@ func TestSendCopyQuiet(t *testing.T) {
 	defer end.Close()
 	woke := make(chan error, 1)
 	go func() { woke <- end.Wait(-1) }()
-	for i := 0; end.rx.need.Load() == 0; i++ {
+	for i := 0; !port.PeerSleeps(); i++ {
 		if i == 1e7 {
 			t.Fatal("the peer never slept")
 		}
