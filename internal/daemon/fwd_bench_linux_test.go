@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,8 +79,9 @@ func benchWrite(ctx context.Context, tb testing.TB, s *scriptSide, wr roce.SendW
 // to a device owning the other end of the daemon's veth (forwarded to the
 // wire by AF_XDP), and between two devices each owning one end of a
 // second veth pair by AF_XDP (the process that owns its interface). It
-// reports the rates and the ratios switched/xsk (target >= 3) and
-// forwarded/xsk (target >= 0.9); nothing is asserted.
+// reports the rates, each side's CPU time per WRITE (the whole process's),
+// and the ratios switched/xsk (target >= 3) and forwarded/xsk (target >=
+// 0.9); nothing is asserted.
 // Run it alone: flock /tmp/xdproce-bench.lock go test -run '^$' -bench
 // PrivilegedDaemonWrite64K ./internal/daemon
 func BenchmarkPrivilegedDaemonWrite64K(b *testing.B) {
@@ -96,6 +98,7 @@ func BenchmarkPrivilegedDaemonWrite64K(b *testing.B) {
 		wr   roce.SendWR
 		s    *scriptSide
 		t    time.Duration
+		cpu  time.Duration // the process's user+system CPU time while this side ran
 	}{{name: "switched", from: x, to: y}, {name: "forwarded", from: x, to: w}, {name: "xsk", from: o, to: p}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -108,18 +111,32 @@ func BenchmarkPrivilegedDaemonWrite64K(b *testing.B) {
 	b.ResetTimer()
 	for left := b.N; left > 0; left -= round {
 		for i := range sides {
-			t0 := time.Now()
+			t0, c0 := time.Now(), processCPU(b)
 			benchWrite(ctx, b, sides[i].s, sides[i].wr, min(round, left), wcs)
 			sides[i].t += time.Since(t0)
+			sides[i].cpu += processCPU(b) - c0
 		}
 	}
 	b.StopTimer()
 	mb := float64(b.N) * size / 1e6
 	for _, s := range sides {
 		b.ReportMetric(mb/s.t.Seconds(), s.name+"-MB/s")
+		b.ReportMetric(float64(s.cpu.Microseconds())/float64(b.N), s.name+"-cpu-us/op")
 	}
 	b.ReportMetric(sides[2].t.Seconds()/sides[0].t.Seconds(), "switched/xsk")
 	b.ReportMetric(sides[2].t.Seconds()/sides[1].t.Seconds(), "forwarded/xsk")
+}
+
+// processCPU is the user and system CPU time this process used so far:
+// every side runs in the test process (daemon, clients, AF_XDP devices),
+// one side at a time, so the difference over a side's rounds is its cost,
+// which depends less on the machine's load than its rate.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkPrivilegedDaemonSendLatency: issue 17's same-host round trip:
