@@ -56,8 +56,8 @@ type client struct {
 	pm            place.Msg  // the placement message being handled (client goroutine)
 	grMu          sync.Mutex // guards grants; held by a copy on a grant
 	grants        map[uint32]*grant
-	kicks         kicks  // clients to signal at the end of the batch (kick_linux.go; client goroutine)
-	wire          wireTx // its frames to the wire in the batch (egress_linux.go; client goroutine)
+	kicks         []*client // clients to signal at the end of the batch (kick_linux.go; client goroutine)
+	wire          wireTx    // its frames to the wire in the batch (egress_linux.go; client goroutine)
 }
 
 // accept takes clients until the listener closes.
@@ -259,7 +259,7 @@ func (c *client) serve() {
 // queued placement messages to.
 func (c *client) endBatch() {
 	c.d.eg.flush(&c.wire, c.d.up.Link, &c.d.st)
-	c.kicks.kick()
+	c.kick()
 }
 
 // release forgets c: its QPN block becomes free, its port and connection
@@ -290,30 +290,22 @@ func (d *Daemon) release(c *client) {
 
 // deliver copies frame into c's port; hdr, when not nil, replaces the
 // frame's first len(hdr) bytes (the private copy its header was read from).
-// c is signalled when ks, the delivering goroutine's, is kicked at the end
-// of its batch (at once when ks is nil or c's port is crowded). The port's
-// SendCopyQuiet keeps the port mapped while it writes: the client may
+// The port's SendCopy keeps the port mapped while it writes: the client may
 // detach (release closes the port) at any moment.
-func (c *client) deliver(frame, hdr []byte, ks *kicks) {
-	c.deliverQueued(frame, hdr, ks)
+func (c *client) deliver(frame, hdr []byte) {
+	c.deliverQueued(frame, hdr)
 }
 
 // deliverQueued is deliver reporting whether the frame was queued.
-func (c *client) deliverQueued(frame, hdr []byte, ks *kicks) bool {
+func (c *client) deliverQueued(frame, hdr []byte) bool {
 	c.txMu.Lock()
-	queued, crowded, err := c.port.SendCopyQuiet(frame, hdr)
-	c.txMu.Unlock()
+	defer c.txMu.Unlock()
+	queued, err := c.port.SendCopy(frame, hdr)
 	switch {
 	case queued:
 		c.toClient.Add(1)
 	case err == nil:
 		c.overflow.Add(1) // no free buffer, a frame too long, or the ring full
-	}
-	switch {
-	case crowded || ks == nil && queued:
-		c.port.Kick()
-	case queued:
-		ks.add(c)
 	}
 	return queued
 }

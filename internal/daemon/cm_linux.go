@@ -176,7 +176,7 @@ func (d *Daemon) fromClientQP1(c *client, frame []byte) {
 		return
 	}
 	if d.isLocal(&h.dst) {
-		if d.steerQP1(frame, b, h, &c.kicks) {
+		if d.steerQP1(frame, b, h) {
 			d.st.switched.Add(1)
 		}
 		return
@@ -185,9 +185,9 @@ func (d *Daemon) fromClientQP1(c *client, frame []byte) {
 }
 
 // steerQP1 delivers a frame to QPN 1 (its bytes: frame, or hdr when not
-// nil, a private copy of all of it) to the client the MAD is for (signalled
-// when ks is kicked), or answers it for a client that is not there.
-func (d *Daemon) steerQP1(frame, hdr []byte, h *header, ks *kicks) bool {
+// nil, a private copy of all of it) to the client the MAD is for, or
+// answers it for a client that is not there.
+func (d *Daemon) steerQP1(frame, hdr []byte, h *header) bool {
 	b := frame
 	if hdr != nil {
 		b = hdr
@@ -199,19 +199,18 @@ func (d *Daemon) steerQP1(frame, hdr []byte, h *header, ks *kicks) bool {
 	}
 	to, attr := d.madRoute(mad)
 	if to != nil {
-		to.deliver(frame, hdr, ks)
+		to.deliver(frame, hdr)
 		return true
 	}
-	if !d.answerMAD(b, mad, attr, ks) {
+	if !d.answerMAD(b, mad, attr) {
 		d.st.dropQP1.Add(1)
 	}
 	return false
 }
 
 // answerMAD answers a MAD no client takes (in: its frame) as Linux's CM
-// does (a reply to a client of this daemon signalled when ks is kicked);
-// it reports whether it did.
-func (d *Daemon) answerMAD(in, mad []byte, attr rdmacm.AttrID, ks *kicks) bool {
+// does; it reports whether it did.
+func (d *Daemon) answerMAD(in, mad []byte, attr rdmacm.AttrID) bool {
 	var reply rdmacm.Message
 	switch attr {
 	case rdmacm.AttrREQ:
@@ -247,7 +246,7 @@ func (d *Daemon) answerMAD(in, mad []byte, attr rdmacm.AttrID, ks *kicks) bool {
 	var h header
 	parse(out, &h)
 	if d.isLocal(&h.dst) {
-		d.steerQP1(out, nil, &h, ks) // to a client of this daemon: a reply is not answered again
+		d.steerQP1(out, nil, &h) // to a client of this daemon: a reply is not answered again
 	} else {
 		d.eg.tryPush(out, d.up.Link)
 	}

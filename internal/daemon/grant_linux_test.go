@@ -211,7 +211,7 @@ func TestPlacementGrantFullPort(t *testing.T) {
 	d := x.s.d
 	var filler [place.HeaderLen]byte
 	place.Encode(filler[:], &place.Msg{Kind: place.KindDone, DstQPN: 0x2001})
-	for x.b.deliverQueued(filler[:], nil, nil) {
+	for x.b.deliverQueued(filler[:], nil) {
 	}
 	clear(x.bm[:8192])
 	d.fromClient(x.a, encodePlace(writeAt(place.OpWrite, 0, 8192, 0, 101)))

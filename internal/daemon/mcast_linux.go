@@ -152,13 +152,12 @@ func (g *groups) members(dst *[16]byte) []*client {
 
 // fanOut delivers a multicast frame (its header replaced by hdr when not
 // nil) to every member of its destination group but from (the member that
-// sent it, nil from the wire), signalled when ks is kicked; it reports
-// whether any took it.
-func (d *Daemon) fanOut(h *header, frame, hdr []byte, from *client, ks *kicks) bool {
+// sent it, nil from the wire); it reports whether any took it.
+func (d *Daemon) fanOut(h *header, frame, hdr []byte, from *client) bool {
 	took := false
 	for _, m := range d.grp.members(&h.dst) {
 		if m != from {
-			m.deliver(frame, hdr, ks)
+			m.deliver(frame, hdr)
 			d.st.groupFrames.Add(1)
 			took = true
 		}

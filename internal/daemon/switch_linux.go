@@ -25,7 +25,6 @@ type counters struct {
 	uplinkHdr      header
 	uplinkRx       [rxBatch][]byte
 	uplinkTx       [rxBatch][]byte
-	uplinkKicks    kicks // clients the uplink's batch delivered to
 }
 
 // Stats returns the daemon's counters and its clients'.
@@ -85,12 +84,12 @@ func (d *Daemon) fromClient(c *client, frame []byte) {
 		return
 	}
 	if d.isLocal(&h.dst) {
-		if d.steer(h, frame, snap, &c.kicks) {
+		if d.steer(h, frame, snap) {
 			d.st.switched.Add(1)
 		}
 		return
 	}
-	if h.dqpn == mcastQPN && d.fanOut(h, frame, snap, c, &c.kicks) {
+	if h.dqpn == mcastQPN && d.fanOut(h, frame, snap, c) {
 		d.st.switched.Add(1)
 	}
 	d.toWire(c, frame, snap, h)
@@ -122,20 +121,19 @@ func (d *Daemon) fromWire(frame []byte) {
 		d.st.dropWireBad.Add(1)
 		return
 	}
-	d.steer(h, frame, nil, &d.st.uplinkKicks)
+	d.steer(h, frame, nil)
 }
 
 // steer delivers frame (its header replaced by hdr when not nil), whose
 // header h says, to the client owning its destination QPN (QP1: the client
-// its MAD is for), to be signalled when ks is kicked; it reports whether
-// there was one.
-func (d *Daemon) steer(h *header, frame, hdr []byte, ks *kicks) bool {
+// its MAD is for); it reports whether there was one.
+func (d *Daemon) steer(h *header, frame, hdr []byte) bool {
 	qpn := h.dqpn
 	switch qpn {
 	case qp1:
-		return d.steerQP1(frame, hdr, h, ks)
+		return d.steerQP1(frame, hdr, h)
 	case mcastQPN:
-		if d.fanOut(h, frame, hdr, nil, ks) {
+		if d.fanOut(h, frame, hdr, nil) {
 			return true
 		}
 		d.st.dropNoOwner.Add(1)
@@ -146,7 +144,7 @@ func (d *Daemon) steer(h *header, frame, hdr []byte, ks *kicks) bool {
 	case to == nil:
 		d.st.dropNoOwner.Add(1)
 	default:
-		to.deliver(frame, hdr, ks)
+		to.deliver(frame, hdr)
 		return true
 	}
 	return false
@@ -170,7 +168,6 @@ func (d *Daemon) uplink() {
 		for i := range n {
 			d.fromWire(rx[i])
 		}
-		d.st.uplinkKicks.kick()
 		left := d.eg.drain(l, d.st.uplinkTx[:], &d.st)
 		if n == len(rx) {
 			continue

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -318,49 +317,5 @@ func TestEgressOrder(t *testing.T) {
 	}
 	if got := s.wireFrames(t); len(got) != 1 || d.st.wireTx.Load() != 9 || d.st.egressFull.Load() != 0 {
 		t.Errorf("the wire got %d frames, wire_tx %d, egress waits %d", len(got), d.st.wireTx.Load(), d.st.egressFull.Load())
-	}
-}
-
-// TestDeliverOncePerBatch: frames the uplink's batch (or a client's)
-// delivers to a sleeping client do not signal it one by one: it is
-// signalled once, when the batch ends, and then finds them all.
-func TestDeliverOncePerBatch(t *testing.T) {
-	s := newTestSwitch(t)
-	d := s.d
-	a, _ := s.addClient(t, 1)
-	b, bEnd := s.addClient(t, 2)
-	for round, batch := range []struct {
-		name string
-		in   func(f []byte)
-		end  func()
-	}{
-		{"from the wire", func(f []byte) { d.fromWire(f) }, d.st.uplinkKicks.kick},
-		{"from client a", func(f []byte) { d.fromClient(a, f) }, a.endBatch},
-	} {
-		woke := make(chan error, 1)
-		go func() { woke <- bEnd.Wait(-1) }()
-		for i := 0; !b.port.PeerSleeps(); i++ {
-			if i == 1e7 {
-				t.Fatalf("%s: client b never slept", batch.name)
-			}
-			runtime.Gosched()
-		}
-		src := remoteIP
-		if round == 1 {
-			src = localIP
-		}
-		for range 3 {
-			batch.in(frame(t, src, localIP, 0x2001, false, 0))
-		}
-		if w := b.port.Stats().Wakeups; w != uint64(round) || !b.port.PeerSleeps() {
-			t.Fatalf("%s: b signalled before the batch ended (%d wake-ups)", batch.name, w)
-		}
-		batch.end()
-		if err := <-woke; err != nil {
-			t.Fatal(err)
-		}
-		if got := recv(bEnd); len(got) != 3 || b.port.Stats().Wakeups != uint64(round+1) {
-			t.Fatalf("%s: b woke once to %d frames, %d wake-ups", batch.name, len(got), b.port.Stats().Wakeups)
-		}
 	}
 }
