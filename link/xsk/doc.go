@@ -20,14 +20,18 @@
 //
 // Large frames: a chunk receives at most 3840 bytes in copy mode (4096 minus
 // the kernel's 256-byte headroom), so for MTUs above 3818 the socket binds
-// with XDP_USE_SG: received frames spanning several descriptors
-// (XDP_PKT_CONTD) are copied into a reassembly buffer, and a transmit buffer
-// is a run of adjacent chunks sent as several descriptors. PMTU 4096 RoCE
-// frames at MTU 9000 therefore work (Linux 6.6+).
+// with XDP_USE_SG: a received frame spanning several descriptors
+// (XDP_PKT_CONTD) is joined in place when its chunks follow each other in
+// the UMEM, as the fill ring's order makes them almost always (each fragment
+// moved onto the end of the one before, over the kernel's headroom: at PMTU
+// 4096 the last ~300 bytes move), else copied into a reassembly buffer
+// (Stats: RxJoined, RxCopied); a transmit buffer is a run of adjacent chunks
+// sent as several descriptors. PMTU 4096 RoCE frames at MTU 9000 therefore
+// work (Linux 6.6+).
 //
 // Buffer ownership: Receive returns frames that alias the UMEM (or a
 // reassembly buffer) and stay valid until the next Receive; their chunks go
-// back to the fill ring then. Alloc hands out transmit buffers of
+// back to the fill ring then, in the order they were received. Alloc hands out transmit buffers of
 // Props().MaxFrame bytes inside the UMEM; they belong to the caller until
 // passed to Send (which always takes them back) or Free. Send identifies a
 // buffer by where it starts, so frames must start at the start of an Alloc

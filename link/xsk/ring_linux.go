@@ -96,5 +96,8 @@ func (r *ring) avail() uint32 {
 	return r.prod - r.cons
 }
 
+// refresh reloads the producer index.
+func (r *ring) refresh() { r.prod = atomic.LoadUint32(r.producer) }
+
 // release hands consumed entries up to r.cons back to the kernel.
 func (r *ring) release() { atomic.StoreUint32(r.consumer, r.cons) }

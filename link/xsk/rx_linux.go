@@ -7,9 +7,10 @@ import (
 )
 
 // Receive stores up to len(frames) received frames in frames and returns how
-// many, without blocking. Frames alias the UMEM (or, for multi-buffer frames,
-// a reassembly buffer) and stay valid until the next Receive call; Receive
-// returns the previous batch's chunks to the fill ring first.
+// many, without blocking. Frames alias the UMEM (multi-buffer frames too,
+// joined in place, see join; rarely a reassembly buffer) and stay valid
+// until the next Receive call; Receive returns the previous batch's chunks to
+// the fill ring first.
 func (s *Socket) Receive(frames [][]byte) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -36,7 +37,7 @@ func (s *Socket) Receive(frames [][]byte) (int, error) {
 			done = i
 			continue
 		}
-		// A multi-buffer frame: find its last descriptor, then copy.
+		// A multi-buffer frame: find its last descriptor, then join.
 		j, total := i, 0
 		for j != end {
 			dj := s.rx.desc(j)
@@ -47,35 +48,83 @@ func (s *Socket) Receive(frames [][]byte) (int, error) {
 			}
 		}
 		if s.rx.desc(j-1).Options&unix.XDP_PKT_CONTD != 0 {
-			break // the rest of the frame is not in the ring yet
-		}
-		if sc == len(s.scratch) {
-			break // out of reassembly buffers: the frame waits for the next call
-		}
-		var dst []byte
-		if total <= len(s.scratch[sc]) {
-			dst = s.scratch[sc][:total]
-			sc++
-		}
-		off := 0
-		for ; i != j; i++ {
-			di := s.rx.desc(i)
-			s.rxHeld = append(s.rxHeld, di.Addr)
-			if dst != nil {
-				off += copy(dst[off:], s.umem[di.Addr:di.Addr+uint64(di.Len)])
+			// The rest of the frame is not in the ring yet, as far as
+			// the cached producer index shows: look again, and leave it
+			// for the next call if it is not there.
+			if s.rx.refresh(); s.rx.prod != end {
+				end = s.rx.prod
+				continue
 			}
+			break
 		}
-		done = i
-		if dst == nil {
-			s.rxErrors++
+		if total > s.maxRx {
+			for ; i != j; i++ {
+				s.rxHeld = append(s.rxHeld, s.rx.desc(i).Addr)
+			}
+			done = i
+			s.rxErrors.Add(1)
 			continue
 		}
-		frames[n] = dst
+		f := s.join(i, j, total)
+		if f == nil {
+			if sc == len(s.scratch) {
+				break // out of reassembly buffers: the frame waits for the next call
+			}
+			f = s.scratch[sc][:total]
+			sc++
+			off := 0
+			for k := i; k != j; k++ {
+				dk := s.rx.desc(k)
+				off += copy(f[off:], s.umem[dk.Addr:dk.Addr+uint64(dk.Len)])
+			}
+			s.rxCopied.Add(1)
+		}
+		for ; i != j; i++ {
+			s.rxHeld = append(s.rxHeld, s.rx.desc(i).Addr)
+		}
+		done = i
+		frames[n] = f
 		n++
 	}
 	s.rx.cons = done
 	s.rx.release()
 	return n, nil
+}
+
+// join returns the multi-buffer frame of RX descriptors i..j-1 (total bytes)
+// as one slice of the UMEM, or nil when its chunks are not each the one
+// after the previous fragment's in the UMEM. The kernel takes a frame's
+// chunks from the fill ring in order, and the fill ring gets them back in
+// the order they were received, starting from ascending addresses, so a
+// frame's chunks are adjacent but where that order wraps at the end of the
+// receive chunks (or the kernel put a chunk back after a drop). Each
+// fragment after the first is then moved down onto the end of the one
+// before, over the kernel's headroom at the start of its chunk and the free
+// end of the previous one: at PMTU 4096 in copy mode, 3840 bytes stay where
+// the kernel wrote them and the last 300-odd move 256 bytes, instead of the
+// whole frame being copied into a reassembly buffer. The chunks are the
+// socket's until the next Receive, so rewriting them is safe.
+func (s *Socket) join(i, j uint32, total int) []byte {
+	first := s.rx.desc(i)
+	mask := ^(s.chunk - 1)
+	prev := first.Addr & mask
+	for k := i + 1; k != j; k++ {
+		c := s.rx.desc(k).Addr & mask
+		if c != prev+s.chunk {
+			return nil
+		}
+		prev = c
+	}
+	end := first.Addr + uint64(first.Len)
+	for k := i + 1; k != j; k++ {
+		d := s.rx.desc(k)
+		if d.Addr != end { // the destination lies below: copy is memmove
+			copy(s.umem[end:end+uint64(d.Len)], s.umem[d.Addr:d.Addr+uint64(d.Len)])
+		}
+		end += uint64(d.Len)
+	}
+	s.rxJoined.Add(1)
+	return s.umem[first.Addr : first.Addr+uint64(total) : first.Addr+uint64(total)]
 }
 
 // recycleRx gives the chunks of the last batch back to the fill ring.

@@ -47,15 +47,18 @@ type Socket struct {
 	// txMu guards the transmit side (txFree, the TX and completion rings'
 	// private indexes): Alloc, Send and Free may be called from several
 	// goroutines and beside a Wait that kicks pending frames.
-	txMu     sync.Mutex
-	txFree   []uint64 // free TX slot addresses (a stack)
-	rxHeld   []uint64 // chunks of the frames returned by the last Receive
-	scratch  [][]byte // reassembly buffers for multi-buffer frames
-	pollFDs  [2]unix.PollFd
-	ts       unix.Timespec
-	one      [8]byte
-	drain    [8]byte
-	rxErrors uint64 // frames dropped: longer than MaxFrame, or out of scratch
+	txMu    sync.Mutex
+	txFree  []uint64 // free TX slot addresses (a stack)
+	rxHeld  []uint64 // chunks of the frames returned by the last Receive
+	scratch [][]byte // reassembly buffers for multi-buffer frames
+	pollFDs [2]unix.PollFd
+	ts      unix.Timespec
+	one     [8]byte
+	drain   [8]byte
+	maxRx   int // longest frame received (MTU+22); longer multi-buffer frames are dropped
+	// Multi-buffer frames received: dropped as longer than maxRx, joined in
+	// place in the UMEM, copied into a reassembly buffer.
+	rxErrors, rxJoined, rxCopied atomic.Uint64
 	// Waits shortened to TxRetryWait because the kernel refused frames.
 	txRetries atomic.Uint64
 
@@ -176,7 +179,10 @@ func (s *Socket) open(c *Config) error {
 		s.txFree = append(s.txFree, s.txBase+uint64(i)*s.slotBytes)
 	}
 	s.rxHeld = make([]uint64, 0, c.RxChunks)
+	s.maxRx = maxLen
 	if s.sg {
+		// Reassembly buffers, for the multi-buffer frames that cannot be
+		// joined in place (rx_linux.go, join).
 		s.scratch = make([][]byte, 64)
 		for i := range s.scratch {
 			s.scratch[i] = make([]byte, maxLen)
@@ -319,6 +325,10 @@ type Stats struct {
 	// RxTooLong counts received multi-buffer frames dropped because they
 	// exceeded the reassembly room (MTU+22 bytes).
 	RxTooLong uint64
+	// RxJoined counts multi-buffer frames joined in place in the UMEM (each
+	// fragment moved onto the end of the one before); RxCopied those copied
+	// into a reassembly buffer because their chunks were not adjacent.
+	RxJoined, RxCopied uint64
 	// TxRetryWaits counts the Waits shortened to TxRetryWait because the
 	// kernel had left frames in the TX ring (device busy).
 	TxRetryWaits uint64
@@ -337,7 +347,8 @@ func (s *Socket) Stats() (Stats, error) {
 		uintptr(unsafe.Pointer(&st.XDPStatistics)), uintptr(unsafe.Pointer(&optlen)), 0); e != 0 {
 		return st, fmt.Errorf("xsk: stats: %w", os.NewSyscallError("getsockopt(XDP_STATISTICS)", e))
 	}
-	st.RxTooLong = s.rxErrors
+	st.RxTooLong = s.rxErrors.Load()
+	st.RxJoined, st.RxCopied = s.rxJoined.Load(), s.rxCopied.Load()
 	st.TxRetryWaits = s.txRetries.Load()
 	return st, nil
 }
