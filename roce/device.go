@@ -47,9 +47,7 @@ type Options struct {
 	// NeighborTimeout bounds one neighbour resolution by Open's resolver
 	// (default 3 s).
 	NeighborTimeout time.Duration
-	// RxBatch is the number of frames read per receive call (default 64);
-	// while calls come back full, a round reads up to four batches before
-	// its queue pairs run (and answer: one ACK for them all).
+	// RxBatch is the number of frames read per engine round (default 64).
 	RxBatch int
 	// UDPPort is the local UDP port of link/udp under Open (default 4791).
 	UDPPort int

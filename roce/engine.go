@@ -38,12 +38,6 @@ type engine struct {
 // frames leave.
 const starvedWait = 50 * time.Microsecond
 
-// rxBurst is how many full receive batches (Options.RxBatch) a round reads
-// before it runs the queue pairs. A stream of WRITEs otherwise left the
-// responder answering every 64 frames: an ACK, a send call (in AF_XDP copy
-// mode the peer's receive runs in it too) per batch.
-const rxBurst = 4
-
 func newEngine(d *Device) *engine {
 	e := &engine{
 		d:      d,
@@ -95,7 +89,6 @@ func (e *engine) run(started chan<- error) {
 		coalesce = 0
 	}
 	var active int64 // time of the last round that did something
-	burst := 0       // full receive batches read in a row before the queue pairs ran
 	for !d.closing.Load() {
 		now := d.now()
 		n, err := e.l.Receive(e.rx)
@@ -109,13 +102,6 @@ func (e *engine) run(started chan<- error) {
 		for i := 0; i < n; i++ {
 			e.input(e.rx[i], now)
 		}
-		if err == nil && n == len(e.rx) && burst < rxBurst-1 {
-			// More frames are waiting: read them before the queue pairs
-			// answer, so one ACK and one send call cover several batches.
-			burst++
-			continue
-		}
-		burst = 0
 		e.collect(now)
 		if n > 0 || len(e.work) > 0 {
 			active = now
