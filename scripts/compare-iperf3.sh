@@ -24,10 +24,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-if [ -z "${XDPROCE:-}" ]; then
-  CGO_ENABLED=0 go build -o "$tmp/xdproce" ./cmd/xdproce
-  XDPROCE=$tmp/xdproce
-fi
+lab_binary "$tmp"
 [ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE"
 prof() { # prof NAME: the environment that profiles into $PROFILE
   if [ -n "${PROFILE:-}" ]; then echo "XDPROCE_CPUPROFILE=$PROFILE/$1.pprof"; else echo "XDPROCE_NOPROFILE=1"; fi

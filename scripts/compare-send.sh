@@ -29,10 +29,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-if [ -z "${XDPROCE:-}" ]; then
-  CGO_ENABLED=0 go build -o "$tmp/xdproce" ./cmd/xdproce
-  XDPROCE=$tmp/xdproce
-fi
+lab_binary "$tmp"
 mkdir -p "$tmp/src" "$tmp/dst" "$tmp/back"
 head -c $((SIZE_MIB << 20)) /dev/urandom >"$tmp/src/file"
 iters=$((SIZE_MIB * 16)) # 64 KiB writes of the same bytes

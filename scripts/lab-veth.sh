@@ -7,6 +7,8 @@
 #   lab_up MTU        create (or re-create) the lab with that MTU
 #   lab_down          delete both namespaces (the veth goes with them)
 #   ina CMD... / inb  run CMD inside ${LAB}-a / ${LAB}-b
+#   lab_binary DIR    $XDPROCE, or ./cmd/xdproce built cgo-free into DIR
+#                     (XDPROCE set to it)
 #   bench_lock        take /tmp/xdproce-bench.lock on fd 9 for the rest of
 #                     the script (start background processes with 9>&-, or
 #                     they hold it after the script ends); with
@@ -17,6 +19,12 @@ bench_lock() {
   [ "${XDPROCE_BENCH_LOCKED:-}" = 1 ] && return 0 # the caller holds it (flock -o)
   exec 9>>/tmp/xdproce-bench.lock
   flock 9
+}
+
+lab_binary() {
+  [ -n "${XDPROCE:-}" ] && return 0
+  CGO_ENABLED=0 go build -o "$1/xdproce" ./cmd/xdproce
+  XDPROCE=$1/xdproce
 }
 
 ina() { ip netns exec "${LAB}-a" "$@"; }

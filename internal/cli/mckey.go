@@ -229,22 +229,17 @@ func (m *mckey) receive(ctx context.Context) error {
 // poll waits for count successful completions on every node's CQ, each
 // passing check.
 func (m *mckey) poll(ctx context.Context, check func(roce.WC) error) error {
-	wcs := make([]roce.WC, 8)
 	for _, n := range m.nodes {
-		for done := 0; done < m.count; {
-			k, err := n.cq.Wait(ctx, wcs)
-			if err != nil {
-				return err
-			}
-			for _, wc := range wcs[:k] {
-				if wc.Status != roce.WCSuccess {
-					return fmt.Errorf("queue pair %#x: %v completed with %v", n.qp.QPN(), wc.Opcode, wc.Status)
-				}
+		err := n.await(ctx, m.count, func(wcs []roce.WC) error {
+			for _, wc := range wcs {
 				if err := check(wc); err != nil {
 					return fmt.Errorf("queue pair %#x: %w", n.qp.QPN(), err)
 				}
 			}
-			done += k
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -178,6 +178,30 @@ func newUDNode(dev *roce.Device, size, count int, recv bool) (*udNode, error) {
 	return n, nil
 }
 
+// await waits for count successful completions on the node's CQ and hands
+// each batch of them to each (udaddy and mckey wait alike).
+func (n *udNode) await(ctx context.Context, count int, each func([]roce.WC) error) error {
+	wcs := make([]roce.WC, 8)
+	for done := 0; done < count; {
+		k, err := n.cq.Wait(ctx, wcs)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs[:k] {
+			if wc.Status != roce.WCSuccess {
+				return fmt.Errorf("queue pair %#x: %v completed with %v", n.qp.QPN(), wc.Opcode, wc.Status)
+			}
+		}
+		if k > 0 {
+			if err := each(wcs[:k]); err != nil {
+				return err
+			}
+		}
+		done += k
+	}
+	return nil
+}
+
 func (n *udNode) sge(length int) []roce.SGE {
 	return []roce.SGE{{Addr: n.mr.Addr(), Length: uint32(length), LKey: n.mr.LKey()}}
 }
@@ -203,25 +227,20 @@ func (u *udaddy) sends(n *udNode, signaled bool) error {
 // address handle (the server's) takes the sender of its first datagram as
 // the one to reply to, as ibv_create_ah_from_wc does.
 func (u *udaddy) poll(ctx context.Context) error {
-	wcs := make([]roce.WC, 8)
 	for _, n := range u.nodes {
-		for done := 0; done < u.count; {
-			k, err := n.cq.Wait(ctx, wcs)
-			if err != nil {
+		err := n.await(ctx, u.count, func(wcs []roce.WC) error {
+			if n.ah != nil {
+				return nil
+			}
+			var err error
+			if n.ah, err = u.dev.CreateAH(roce.GIDFromIP(roce.GRHSource(n.buf[:roce.GRHLen])), wcs[0].ImmData, roce.UDPQKey); err != nil {
 				return err
 			}
-			for _, wc := range wcs[:k] {
-				if wc.Status != roce.WCSuccess {
-					return fmt.Errorf("queue pair %#x: %v completed with %v", n.qp.QPN(), wc.Opcode, wc.Status)
-				}
-			}
-			if k > 0 && n.ah == nil {
-				if n.ah, err = u.dev.CreateAH(roce.GIDFromIP(roce.GRHSource(n.buf[:roce.GRHLen])), wcs[0].ImmData, roce.UDPQKey); err != nil {
-					return err
-				}
-				n.ah.AV.TOS = u.tos
-			}
-			done += k
+			n.ah.AV.TOS = u.tos
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
