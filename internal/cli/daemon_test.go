@@ -221,7 +221,17 @@ func TestPrivilegedDaemonClientKilled(t *testing.T) {
 	topo := netlab.Pair(t, netlab.LinkConfig{MTU: 9000})
 	d := startDaemon(t, topo.A.NS, topo.A.Name, filepath.Join(t.TempDir(), "d.sock"), "--link", "xsk")
 	s := startServerIn(t, topo, t.TempDir(), "--link", "auto")
-	level := waitCounters(t, d, "one client", func(c map[string]uint64) bool { return c["clients"] == 1 })
+	// The level is read once the client's attach has finished: the daemon
+	// counts a client while it still holds the descriptors passed in the
+	// attach and before the client's goroutine runs, so the first reading
+	// with one client can be 4 descriptors high and a goroutine short (CI
+	// failed on that once). Two readings in a row that agree are the level.
+	var last map[string]uint64
+	level := waitCounters(t, d, "one client, settled", func(c map[string]uint64) bool {
+		settled := last != nil && c["clients"] == 1 && c["open_fds"] == last["open_fds"] && c["goroutines"] == last["goroutines"]
+		last = c
+		return settled
+	})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
