@@ -21,6 +21,7 @@ type completer struct {
 	nakPSN     uint32 // the last PSN sequence error NAK acted on
 	nakSet     bool
 	retrying   bool // a retry sequence was started and no progress came since
+	rrWant     bool // selective repeat: a READ wants a re-request (sr_read.go)
 }
 
 // start readies the completer for RTS: the retry counters of a.
@@ -157,6 +158,9 @@ func (q *QP) compImplicit(k *compPkt) (compState, compAction) {
 		act = compActProgress
 	}
 	if !ok {
+		if q.win.sr.on && k.info.Kind == wire.KindReadResponse {
+			return compCheckAck, act // placed where it belongs (sr_read.go)
+		}
 		if !q.lostResponse(k, retry) {
 			return compDone, act
 		}
@@ -280,6 +284,9 @@ func (q *QP) compAck(k *compPkt) (compState, compAction) {
 // compRead places one READ response (IBA 9.7): it must be the next one
 // the oldest READ WQE expects; one past it means responses were lost.
 func (q *QP) compRead(k *compPkt) (compState, compAction) {
+	if q.win.sr.on {
+		return q.srRead(k) // sr_read.go
+	}
 	w := q.oldest()
 	psn := k.p.BTH.PSN
 	if w == nil || w.opcode != WRRDMARead || wire.PSNBefore(psn, w.firstPSN) || wire.PSNBefore(w.lastPSN, psn) {
@@ -332,6 +339,16 @@ func (q *QP) gap(k *compPkt, from uint32) (compState, compAction) {
 // regenerate the rest of the READ once per packet.
 func (q *QP) lostResponse(k *compPkt, from uint32) bool {
 	c := &q.comp
+	if q.win.sr.on {
+		// Selective repeat re-requests the READ's missing range alone
+		// (sr_read.go); an atomic goes back as before.
+		if w := q.wqeAt(from); w != nil && w.opcode == WRRDMARead {
+			if !w.rrOut {
+				q.srReadWant(w)
+			}
+			return false
+		}
+	}
 	if c.gapSet && c.gapPSN == from {
 		q.stats.inc(CtrDropped)
 		return false

@@ -267,7 +267,12 @@ func (q *QP) reqBuild(out Output) (reqState, reqAction, WCStatus) {
 			p.BTH.PSN = r.psn
 		}
 		p.BTH.Opcode = wire.RCReadRequest
-		p.RETH = wire.RETH{VA: w.remoteAddr + r.off, RKey: w.rkey, DMALen: uint32(w.length - r.off)}
+		n := w.length - r.off
+		if q.win.sr.on { // only the range up to a response held (sr_read.go)
+			n = q.srReadLen(w, r.psn, n)
+			w.rrOut, w.rrEnd = q.win.wasSent(r.psn), wire.PSNAdd(r.psn, npkts(n, e.pmtu))
+		}
+		p.RETH = wire.RETH{VA: w.remoteAddr + r.off, RKey: w.rkey, DMALen: uint32(n)}
 	case w.opcode.isAtomic():
 		p.BTH.Opcode = wire.RCFetchAdd
 		p.Atomic = wire.AtomicETH{VA: w.remoteAddr, RKey: w.rkey, SwapAdd: w.compareAdd}

@@ -8,8 +8,8 @@ import "github.com/xdproce/xdproce/roce/wire"
 // names as lost (by transmission order: window_sr.go), one packet at a
 // time, without moving its place in the send queue. The fast timer marks
 // the newest PSN not held (a probe), the local ACK timeout everything in
-// flight and not held, instead of rewinding. READ responses stay go-back-N: a lost one makes the
-// completer re-request the READ from the first response missing.
+// flight and not held, instead of rewinding. A READ's lost responses are
+// re-requested as ranges (sr_read.go).
 
 // compSack handles an SR_SACK: everything before its PSN is acknowledged,
 // its bitmap goes to the scoreboard; one that shows new PSNs held restarts
@@ -59,6 +59,11 @@ func (q *QP) lostInFlight(probe bool) {
 		return
 	}
 	if w := q.oldest(); w != nil && w.opcode.isReadOrAtomic() {
+		if probe && w.opcode == WRRDMARead {
+			w.rrOut = false // its re-request (or the original's end) was lost
+			q.srReadWant(w)
+			return
+		}
 		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
 		return
 	}
@@ -74,6 +79,9 @@ func (q *QP) lostInFlight(probe bool) {
 // buffers or budget.
 func (q *QP) srResend(out Output, budget *int) bool {
 	r := &q.req
+	if q.comp.rrWant && !q.srReadResend(out, budget) { // sr_read.go
+		return false
+	}
 	for {
 		psn, ok := q.win.sr.nextHole(q.win.unacked(), q.win.max)
 		if !ok || !q.win.pace.allow(q.e.now) || uint32(wire.PSNDiff(psn, q.win.unacked())) >= q.win.cwnd {
@@ -85,8 +93,12 @@ func (q *QP) srResend(out Output, budget *int) bool {
 			return false
 		}
 		i, w := q.sendWQEAt(psn)
-		if w == nil || w.opcode.isReadOrAtomic() && (psn != w.firstPSN || w.readPSN != w.firstPSN) {
-			q.win.sr.skip(psn) // a READ response's PSN, or answered
+		if w == nil || w.opcode.isReadOrAtomic() && (psn != w.firstPSN || w.readPSN != w.firstPSN) ||
+			w.opcode == WRRDMARead && psn != q.win.unacked() {
+			// A READ response's PSN, answered, or a READ request after the
+			// oldest: judged by its responses instead (sr_read.go; after a
+			// re-request the responder may yet answer it).
+			q.win.sr.skip(psn)
 			continue
 		}
 		saved := *r

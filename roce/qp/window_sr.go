@@ -44,6 +44,7 @@ import (
 type srBoard struct {
 	on     bool
 	sacked *[srWords]uint64 // the responder holds it (or it is not a request: READ responses)
+	rdHeld *[srWords]uint64 // READ responses placed past their READ's next expected one (sr_read.go)
 	lost   *[srWords]uint64 // presumed lost and not resent since
 	seq    *[srSlots]uint32 // each PSN's latest transmission number
 	txAt   *[srSlots]int64  // when its latest transmission went
@@ -73,13 +74,14 @@ func (b *srBoard) enable(on bool, w *sendWindow, peer uint32) {
 		return
 	}
 	if old.sacked == nil {
-		old.sacked, old.lost = new([srWords]uint64), new([srWords]uint64)
+		old.sacked, old.lost, old.rdHeld = new([srWords]uint64), new([srWords]uint64), new([srWords]uint64)
 		old.seq, old.log = new([srSlots]uint32), new([srLog]uint32)
 		old.txAt, old.gap = new([srSlots]int64), new([srSlots]uint32)
 	}
 	clear(old.sacked[:])
 	clear(old.lost[:])
-	b.sacked, b.lost, b.seq, b.log, b.txAt, b.gap = old.sacked, old.lost, old.seq, old.log, old.txAt, old.gap
+	clear(old.rdHeld[:])
+	b.sacked, b.lost, b.seq, b.log, b.txAt, b.gap, b.rdHeld = old.sacked, old.lost, old.seq, old.log, old.txAt, old.gap, old.rdHeld
 	b.scan, b.high = w.una, w.una
 	if peer == 0 {
 		peer = srLegacyWindow

@@ -38,6 +38,11 @@ type sendWQE struct {
 	firstPSN uint32 // PSN of its first packet
 	lastPSN  uint32 // PSN of its last packet (READ: of the last response)
 	readPSN  uint32 // READ: the next response PSN expected
+	// READ under selective repeat (sr_read.go): a request for a range of
+	// its responses is out until the response at rrEnd-1 arrives (rrOut),
+	// and one is wanted for its first missing range (rrWant).
+	rrEnd         uint32
+	rrOut, rrWant bool
 }
 
 // fill copies wr into w (called with q.mu held, after checkSend).
