@@ -22,20 +22,20 @@ type benchJSON struct {
 	CC          string  `json:"cc"`
 }
 
-// relayBench runs `bench write` as the server in topo's B and the client
-// in A with args, the client capturing to pcap, and returns both results.
-func relayBench(t *testing.T, bin string, topo *netlab.Topo, pcap string, srvArgs, cliArgs []string) (srv, cli benchJSON) {
+// relayBench runs `bench TEST` as the server in topo's B and the client in
+// A with args, the client capturing to pcap, and returns both results.
+func relayBench(t *testing.T, bin, test string, topo *netlab.Topo, pcap string, srvArgs, cliArgs []string) (srv, cli benchJSON) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	scmd := topo.B.NS.Command(ctx, bin, append([]string{"bench", "write", "--dev", topo.B.Name, "--link", "xsk", "--json"}, srvArgs...)...)
+	scmd := topo.B.NS.Command(ctx, bin, append([]string{"bench", test, "--dev", topo.B.Name, "--link", "xsk", "--json"}, srvArgs...)...)
 	var sout, serr bytes.Buffer
 	scmd.Stdout, scmd.Stderr = &sout, &serr
 	if err := scmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = scmd.Process.Kill(); _ = scmd.Wait() }()
-	full := append([]string{"bench", "write", "--dev", topo.A.Name, "--link", "xsk", "--json", "--capture", pcap}, cliArgs...)
+	full := append([]string{"bench", test, "--dev", topo.A.Name, "--link", "xsk", "--json", "--capture", pcap}, cliArgs...)
 	ccmd := topo.A.NS.Command(ctx, bin, append(full, topo.B.IPv4.String())...)
 	var cout, cerr bytes.Buffer
 	ccmd.Stdout, ccmd.Stderr = &cout, &cerr
@@ -62,7 +62,10 @@ func relayBench(t *testing.T, bin string, topo *netlab.Topo, pcap string, srvArg
 // both say so, the client's capture shows SR_SACKs coming back and every
 // data frame ECT(0). With --reliability gbn --cc none on the server only,
 // both ends run go-back-N without congestion control: no frame of the
-// manufacturer-specific range, no ECT(0), as between rxe peers.
+// manufacturer-specific range, no ECT(0), as between rxe peers. Then
+// `bench read` the same way: with selective repeat some READ requests ask
+// for a range short of their READ's end (roce/qp sr_read.go), with
+// go-back-N none does.
 func TestPrivilegedRelayBench(t *testing.T) {
 	netlab.Privileged(t)
 	tmp := t.TempDir()
@@ -78,7 +81,7 @@ func TestPrivilegedRelayBench(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			topo := netlab.Relayed(t, netlab.LinkConfig{}, netlab.RelayConfig{Seed: 7, Loss: 0.05, Reorder: 0.02})
 			pcap := filepath.Join(t.TempDir(), "client.pcapng")
-			srv, cli := relayBench(t, bin, topo, pcap, tc.srvArgs, []string{"--size", "65536", "--iters", "256"})
+			srv, cli := relayBench(t, bin, "write", topo, pcap, tc.srvArgs, []string{"--size", "65536", "--iters", "256"})
 			for who, r := range map[string]benchJSON{"server": srv, "client": cli} {
 				if r.Reliability != tc.rel || r.CC != tc.cc || r.Iters != 256 || r.BW <= 0 {
 					t.Errorf("%s: %+v; want reliability %q, cc %q, 256 iterations, a bandwidth", who, r, tc.rel, tc.cc)
@@ -96,6 +99,21 @@ func TestPrivilegedRelayBench(t *testing.T) {
 			}
 			if tc.rel == "gbn" && (vendor != 0 || ect != 0) {
 				t.Errorf("gbn/none: %d vendor-range frames, %d ECT(0) frames; want none", vendor, ect)
+			}
+		})
+	}
+	for _, rel := range []string{"sr", "gbn"} {
+		t.Run("read-"+rel, func(t *testing.T) {
+			topo := netlab.Relayed(t, netlab.LinkConfig{}, netlab.RelayConfig{Seed: 7, Loss: 0.05, Reorder: 0.02})
+			pcap := filepath.Join(t.TempDir(), "client.pcapng")
+			srv, cli := relayBench(t, bin, "read", topo, pcap, []string{"--reliability", rel}, []string{"--size", "65536", "--iters", "256"})
+			if srv.Reliability != rel || cli.Reliability != rel || cli.Iters != 256 {
+				t.Fatalf("server %+v, client %+v; want reliability %q, 256 iterations", srv, cli, rel)
+			}
+			reqs, short := readRequests(t, pcap, 65536)
+			t.Logf("%.2f Gb/s; relay %+v; %d READ requests sent, %d for a range short of their READ's end", cli.BW, topo.Relay.Stats(), reqs, short)
+			if reqs < 256 || rel == "sr" && short == 0 || rel == "gbn" && short != 0 {
+				t.Errorf("%s: %d READ requests, %d short of their READ's end; want at least 256, and some short only with sr", rel, reqs, short)
 			}
 		})
 	}

@@ -20,28 +20,8 @@ type capCounts struct{ data, ect, cnps, sacks, vendor int }
 // countCapture reads a sender's capture.
 func countCapture(t *testing.T, pcap string) capCounts {
 	t.Helper()
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := capture.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fr capture.Frame
-	var p wire.Packet
 	var c capCounts
-	for {
-		if err := r.Next(&fr); err != nil {
-			if errors.Is(err, io.EOF) {
-				return c
-			}
-			t.Fatal(err)
-		}
-		if p.DecodeWith(fr.Data, wire.AcceptSR) != nil {
-			continue
-		}
+	eachFrame(t, pcap, func(fr *capture.Frame, p *wire.Packet) {
 		if p.BTH.Opcode >= 0xE0 {
 			c.vendor++
 		}
@@ -56,7 +36,55 @@ func countCapture(t *testing.T, pcap string) capCounts {
 				c.ect++
 			}
 		}
+	})
+	return c
+}
+
+// eachFrame calls f with every RoCE frame of a capture, decoded.
+func eachFrame(t *testing.T, pcap string, f func(*capture.Frame, *wire.Packet)) {
+	t.Helper()
+	file, err := os.Open(pcap)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer file.Close()
+	r, err := capture.NewReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fr capture.Frame
+	var p wire.Packet
+	for {
+		if err := r.Next(&fr); err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			t.Fatal(err)
+		}
+		if p.DecodeWith(fr.Data, wire.AcceptSR) == nil {
+			f(&fr, &p)
+		}
+	}
+}
+
+// readRequests counts the READ requests sent in a requester's capture and
+// of them those whose range ends short of a whole size-byte READ (the
+// first request's VA taken as the buffer's start).
+func readRequests(t *testing.T, pcap string, size uint64) (reqs, short int) {
+	t.Helper()
+	var base uint64
+	eachFrame(t, pcap, func(fr *capture.Frame, p *wire.Packet) {
+		if fr.Dir != capture.DirOutbound || p.BTH.Opcode != wire.RCReadRequest {
+			return
+		}
+		if reqs++; reqs == 1 {
+			base = p.RETH.VA
+		}
+		if (p.RETH.VA+uint64(p.RETH.DMALen)-base)%size != 0 {
+			short++
+		}
+	})
+	return reqs, short
 }
 
 // ccCapture counts, in a sender's capture, the data frames sent (and of

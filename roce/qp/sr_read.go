@@ -64,6 +64,13 @@ func (q *QP) srRead(k *compPkt) (compState, compAction) {
 		q.stats.inc(CtrDropped) // answered, a duplicate, or beyond what can be held
 		return compDone, compActNone
 	}
+	if win := &q.win; win.sampling && !wire.PSNBefore(win.sampPSN, w.firstPSN) && !wire.PSNBefore(psn, win.sampPSN) {
+		// The sampled READ request is answered: the round trip is its
+		// first response's, not the repair of the READ's holes (as
+		// sackRTT for a packet held past a hole).
+		win.rttSample(q.e.now - win.sampAt)
+		win.sampling = false
+	}
 	pmtu := uint64(q.e.pmtu)
 	off := uint64(wire.PSNDiff(psn, w.firstPSN)) * pmtu
 	n := uint64(len(k.p.Payload))
