@@ -176,6 +176,7 @@ func (q *QP) reqStartWQE() (reqState, WCStatus) {
 	}
 	w.lastPSN = wire.PSNAdd(r.psn, n-1)
 	w.readPSN = r.psn
+	w.rrEnd, w.rrOut, w.rrWant = 0, false, false // a slot used before keeps none of its READ's
 	r.off = 0
 	if w.opcode.isReadOrAtomic() {
 		r.rdAtomic++

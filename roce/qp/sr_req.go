@@ -51,8 +51,10 @@ func (q *QP) compSack(p *wire.Packet) {
 // the fast timer only the newest of those (a probe: as TCP's tail loss
 // probe, its SACK shows by transmission order what else is lost, and a
 // round trip that was only late costs one packet, not the window). An
-// unanswered READ or atomic at unacked is re-requested either way (its
-// responses are not SACKed).
+// unanswered READ at unacked is re-requested for its first missing range
+// by the fast timer (sr_read.go) and from unacked on by the local ACK
+// timeout; an unanswered atomic from unacked on by either (their responses
+// are not SACKed).
 func (q *QP) lostInFlight(probe bool) {
 	if !q.win.sr.on {
 		q.compAct(compActRewind, &compPkt{retry: q.win.unacked()})
