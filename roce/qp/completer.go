@@ -269,13 +269,20 @@ func (q *QP) oldest() *sendWQE {
 func (q *QP) compAck(k *compPkt) (compState, compAction) {
 	before := q.win.unacked()
 	retry, ok := q.ackThrough(k.p.BTH.PSN)
+	k.progressed = before != q.win.unacked()
 	if !ok {
+		// It stopped at an unanswered READ/atomic, but what it passed
+		// before that is acknowledged: that is progress (the retry
+		// counts start again), whatever is done about the READ.
+		if k.progressed {
+			q.compProgress(k.ackBefore)
+		}
 		if !q.lostResponse(k, retry) {
 			return compDone, compActNone
 		}
 		return compRetry, compActNone
 	}
-	if before == q.win.unacked() {
+	if !k.progressed {
 		return compDone, compActNone // a repeated ACK
 	}
 	return compDone, compActProgress
@@ -376,7 +383,14 @@ func (q *QP) compAtomic(k *compPkt) (compState, compAction) {
 	}
 	w.done = true
 	w.readPSN = wire.PSNAdd(psn, 1)
-	q.win.advance(w.readPSN, q.e.now)
+	if q.win.sr.on {
+		// Selective repeat may have completed READs after it while the
+		// atomic was unanswered (their responses placed past it):
+		// the window moves past those too.
+		q.srReadAdvance()
+	} else {
+		q.win.advance(w.readPSN, q.e.now)
+	}
 	q.comp.gapSet = false
 	return compDone, compActProgress
 }

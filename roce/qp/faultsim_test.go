@@ -3,7 +3,9 @@ package qp
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/xdproce/xdproce/roce/mr"
@@ -157,6 +159,7 @@ func (r *netRun) stepEnd(e *netEnd) {
 	for n < len(in.flight) && in.flight[n].due <= r.now {
 		f := in.flight[n].frame
 		if e.pkt.DecodeWith(f, wire.AcceptSR) == nil && e.pkt.BTH.DestQPN == e.q.QPN() && (r.drop == nil || !r.drop(e, &e.pkt)) {
+			dbgSim(r, e, "rx")
 			e.q.Receive(&e.pkt, r.now, out)
 		}
 		in.slab = append(in.slab, f)
@@ -564,4 +567,23 @@ func TestSpuriousFastRetransmit(t *testing.T) {
 	if sa.Get(CtrTimeouts) != 0 {
 		t.Errorf("%d local ACK timeouts with nothing lost", sa.Get(CtrTimeouts))
 	}
+}
+
+// simTrace (XDPROCE_SIMTRACE=1) prints every packet a timed run delivers,
+// with the requester's window and the responder's expected PSN before it, to stderr:
+// how the stalls of selective repeat's READ ranges were found (the last
+// lines before a failing seed's dump show what went unanswered).
+var simTrace = os.Getenv("XDPROCE_SIMTRACE") != ""
+
+func dbgSim(r *netRun, e *netEnd, what string) {
+	if !simTrace {
+		return
+	}
+	side := "B"
+	if e == r.a {
+		side = "A"
+	}
+	fmt.Fprintf(os.Stderr, "T %dus %s %s %v psn %#x len %d | A una %#x max %#x retries %d | B epsn %#x\n",
+		r.now/1000, side, what, e.pkt.BTH.Opcode, e.pkt.BTH.PSN, len(e.pkt.Payload),
+		r.a.q.win.unacked(), r.a.q.win.max, r.a.q.comp.retries, r.b.q.resp.epsn)
 }

@@ -49,7 +49,10 @@ func (q *QP) srRead(k *compPkt) (compState, compAction) {
 		if x.done {
 			continue
 		}
-		if !wire.PSNBefore(psn, x.firstPSN) && !wire.PSNBefore(x.lastPSN, psn) {
+		if wire.PSNBefore(psn, x.firstPSN) {
+			break // x and what follows come after psn (or were never sent)
+		}
+		if !wire.PSNBefore(x.lastPSN, psn) {
 			w = x
 			break
 		}
@@ -189,7 +192,10 @@ func (q *QP) srReadResend(out Output, budget *int) bool {
 		if !w.rrWant {
 			continue
 		}
-		if w.done || w.rrOut {
+		if w.done || w.rrOut || !q.win.wasSent(w.firstPSN) {
+			// Answered, asked for already, or never sent: the requester
+			// sends that READ in its turn, with the PSNs its responses
+			// take (a re-request takes only its first).
 			w.rrWant = false
 			continue
 		}

@@ -14,12 +14,17 @@ import (
 // results (runNetMixed checks them), SENDs complete in order, and the
 // responder held packets past holes and SACKed them instead of NAKing.
 func TestSRFaultMix(t *testing.T) {
-	seeds := uint64(4)
+	// Seeds 7 and 20 stalled READ ranges (a READ done behind an
+	// unanswered atomic; a READ re-requested before it was ever sent).
+	seeds := []uint64{0, 1, 2, 3, 7, 20}
 	if *long {
-		seeds = 32
+		seeds = seeds[:0]
+		for s := range uint64(32) {
+			seeds = append(seeds, s)
+		}
 	}
 	mc := mixCfg{wrs: 300, outstanding: 32, maxMsg: 64 << 10, pWrite: 3, pRead: 1, pSend: 2, pAdd: 1}
-	for seed := range seeds {
+	for _, seed := range seeds {
 		o := defaultOpts()
 		o.window, o.maxWR, o.sr = 256, 64, true
 		cfg := netCfg{delay: 48_000, perFrame: 4000, tick: 2000, loss: 0.03, reorder: 0.02, dup: 0.01, corrupt: 0.001}
