@@ -53,9 +53,9 @@ func TestTrafficLossyPipeSR(t *testing.T) {
 	case raceEnabled:
 		// Under the race detector, beside the other packages' -race
 		// runs, local ACK timeouts fire that a normal build does not see
-		// (a CI run: sr 8053 resends against gbn 7661, one timeout), and
-		// READ responses are go-back-N in both modes: the comparison is
-		// the normal build's to make.
+		// (a CI run: sr 8053 resends against gbn 7661, one timeout, when
+		// READ responses were still go-back-N in both modes): the
+		// comparison is the normal build's to make.
 		t.Logf("selective repeat resent %d packets, go-back-N %d (not compared under -race)", retrans[1], retrans[0])
 	default:
 		t.Errorf("selective repeat resent %d packets, go-back-N %d", retrans[1], retrans[0])
