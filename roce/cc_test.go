@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,33 @@ func TestCCPipeOff(t *testing.T) {
 	ccWrites(t, x, y, 3, 1<<20)
 	if m, ys := la.Stats().Marked, y.qp.Stats().CC; m != 0 || ys != (roce.CCStats{}) {
 		t.Fatalf("without DCQCN: %d marked, b %+v", m, ys)
+	}
+}
+
+// TestConnectBDP: ConnectOptions.BDP caps an RC queue pair's send window
+// at BDP / path MTU PSNs (Attr.SendWindow, at least one), leaves it unset
+// at 0, and is refused when negative; data still moves with a small cap.
+func TestConnectBDP(t *testing.T) {
+	for _, c := range []struct {
+		bdp  int
+		want uint32
+	}{{0, 0}, {1, 1}, {16 << 10, 16}, {16<<10 + 1, 17}} {
+		p, _, _ := newPipeDevices(t, pipe.Config{MTU: 4200})
+		o := roce.DefaultConnectOptions()
+		o.PathMTU, o.BDP = roce.MTU1024, c.bdp
+		x, y := connectRC(t, p, connCfg{opts: &o, bufSize: 1 << 20})
+		for _, s := range []*side{x, y} {
+			if _, a := s.qp.Query(); a.SendWindow != c.want {
+				t.Errorf("BDP %d: Attr.SendWindow %d, want %d", c.bdp, a.SendWindow, c.want)
+			}
+		}
+		ccWrites(t, x, y, 4, 256<<10)
+	}
+	p, _, _ := newPipeDevices(t, pipe.Config{MTU: 4200})
+	s := newSide(t, p.a, roce.RC, connCfg{}, 1)
+	o := roce.DefaultConnectOptions()
+	o.BDP = -1
+	if err := s.qp.Connect(1, roce.Endpoint{GID: roce.GIDFromIP(addrB), QPN: 0x11}, &o); err == nil || !strings.Contains(err.Error(), "BDP -1") {
+		t.Errorf("Connect with BDP -1: %v", err)
 	}
 }

@@ -349,6 +349,14 @@ type ConnectOptions struct {
 	// given): switches then never mark them, and DCQCN only reacts to the
 	// peer's CNPs for frames it marked otherwise.
 	NoECT bool
+	// BDP, when > 0, caps an RC requester's unacknowledged data near this
+	// many bytes: its send window becomes BDP / path MTU PSNs (at least
+	// one; a READ counts one per response), below QPConfig.SendWindow.
+	// Set it to the path's bandwidth-delay product (link rate × the round
+	// trip without queueing, as IRN's BDP-FC): more in flight only fills
+	// queues, and with many senders into one port overflows them. 0: no
+	// cap but QPConfig.SendWindow. The wire is unchanged.
+	BDP int
 }
 
 // Reliability is an RC queue pair's loss recovery (ConnectOptions).
@@ -444,6 +452,14 @@ func (q *QP) Connect(localPSN uint32, remote Endpoint, o *ConnectOptions) error 
 		}
 	} else if opt.Reliability > SelectiveRepeat {
 		return fmt.Errorf("roce: connect qp %#x: %v", q.e.qpn, opt.Reliability)
+	}
+	if opt.BDP < 0 {
+		return fmt.Errorf("roce: connect qp %#x: BDP %d", q.e.qpn, opt.BDP)
+	}
+	if opt.BDP > 0 && q.typ == qp.RC {
+		mtu := opt.PathMTU.Bytes()
+		steps[2].attr.SendWindow = uint32(max(1, min((opt.BDP+mtu-1)/mtu, 1<<22)))
+		steps[2].mask |= qp.AttrSendWindow
 	}
 	tos, err := ccAttr(q.typ, &opt, &steps[1].attr, &steps[1].mask) // cc.go
 	if err != nil {

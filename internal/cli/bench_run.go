@@ -96,9 +96,9 @@ func (b *bench) peerIn(local net.Addr, pd *roce.PD) (*toolpeer.Peer, error) {
 	}
 	p := &toolpeer.Peer{QP: q, CQ: cq, MR: mr, GID: cm.GIDFromAddr(gid)}
 	p.PSN = cm.TagPSN(q.QPN(), p.GID, mr.RKey(), mr.Addr())
-	if b.mtu != 0 || b.rel == cm.RelSR || b.cc == cm.CCDCQCN || b.want.TOS != 0 {
+	if b.mtu != 0 || b.rel == cm.RelSR || b.cc == cm.CCDCQCN || b.want.TOS != 0 || b.want.BDP != 0 {
 		opts := roce.DefaultConnectOptions()
-		opts.SGID, opts.PathMTU, opts.TOS = gid, b.mtu, b.want.TOS
+		opts.SGID, opts.PathMTU, opts.TOS, opts.BDP = gid, b.mtu, b.want.TOS, b.want.BDP
 		if b.rel == cm.RelSR {
 			opts.Reliability, opts.SRWindow = roce.SelectiveRepeat, b.srWin
 		}

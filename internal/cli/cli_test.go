@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/xdproce/xdproce/internal/stat"
+	"github.com/xdproce/xdproce/roce"
 )
 
 // binary is the xdproce executable TestMain builds once.
@@ -106,6 +107,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dump", "--format", "xml", "f"}, `unknown format "xml"`},
 		{[]string{"dump", "f", "--filter", "qpn=zz"}, `parse filter "qpn=zz"`},
 		{[]string{"dump", "f", "--filter"}, "flag needs an argument: -filter"},
+		{[]string{"bench", "write", "--bdp", "lots"}, `--bdp "lots": want a size such as 256KiB, or 0`},
 	}
 	for _, tt := range tests {
 		_, _, err := run(t, tt.args...)
@@ -512,6 +514,38 @@ func TestVersionCommand(t *testing.T) {
 	for _, args := range [][]string{{"help", "-h"}, {"help", "--help"}, {"help", "version"}, {"version", "-h"}} {
 		if r := runBinary(t, args...); r.code != 0 || !strings.Contains(r.stdout, "USAGE") {
 			t.Errorf("%q: exit %d, %q", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestBDPFlag: --bdp (send, get, serve, bench) sets ConnectOptions.BDP from
+// a size, 0 by default, and refuses what is not a size or is absurd.
+func TestBDPFlag(t *testing.T) {
+	for _, c := range []struct {
+		arg  []string
+		want int
+		err  string
+	}{
+		{nil, 0, ""},
+		{[]string{"--bdp", "256KiB"}, 256 << 10, ""},
+		{[]string{"--bdp", "1.5MiB"}, 3 << 19, ""},
+		{[]string{"--bdp", "-1"}, 0, `--bdp "-1"`},
+		{[]string{"--bdp", "2TiB"}, 0, `--bdp "2TiB"`},
+		{[]string{"--bdp", "lots"}, 0, `--bdp "lots": want a size such as 256KiB, or 0`},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		var rf relFlag
+		rf.register(fs)
+		if err := fs.Parse(c.arg); err != nil {
+			t.Fatal(err)
+		}
+		var co roce.ConnectOptions
+		err := rf.applyTo("xdproce send", &co)
+		switch {
+		case c.err == "" && (err != nil || co.BDP != c.want):
+			t.Errorf("%q: BDP %d, %v; want %d", c.arg, co.BDP, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || ExitCode(err) != 2):
+			t.Errorf("%q: %v, want a usage error with %q", c.arg, err, c.err)
 		}
 	}
 }

@@ -12,11 +12,14 @@ import (
 // default) is used only with an xdproce peer that agrees on it for the
 // connection (docs/sr-wire.md); with any other peer, or "gbn" on either
 // side, the queue pair runs go-back-N, byte for byte as rxe. The result
-// says which was used.
-type relFlag struct{ s *string }
+// says which was used. --bdp beside it caps the send window near the
+// path's bandwidth-delay product (ConnectOptions.BDP; nothing on the wire
+// changes, so it works with any peer).
+type relFlag struct{ s, bdp *string }
 
 func (f *relFlag) register(fs *flag.FlagSet) {
 	f.s = fs.String("reliability", "sr", "loss recovery of the RC queue pair: `sr` (selective repeat, used when the xdproce peer agrees; go-back-N otherwise) or gbn (go-back-N, as rxe)")
+	f.bdp = fs.String("bdp", "0", "cap the RC send window at about this many `bytes` in flight: the path's bandwidth-delay product (link rate × round trip without queueing), e.g. 256KiB; 0: the default window (1024 packets)")
 }
 
 // apply puts the choice into o's connect options.
@@ -31,6 +34,11 @@ func (f *relFlag) applyTo(cmd string, co *roce.ConnectOptions) error {
 		return usageErrorf(cmd, "--reliability %q: want sr or gbn", *f.s)
 	}
 	co.Reliability = r
+	bdp, err := ParseSize(*f.bdp)
+	if err != nil || bdp > 1<<40 {
+		return usageErrorf(cmd, "--bdp %q: want a size such as 256KiB, or 0", *f.bdp)
+	}
+	co.BDP = int(bdp)
 	return nil
 }
 

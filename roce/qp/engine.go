@@ -129,7 +129,11 @@ func (q *QP) applyCtl() {
 	if target == RTS && e.state < RTS {
 		q.req.start(e.attr.SQPSN)
 		q.comp.start(&e.attr)
-		q.win.start(e.attr.SQPSN, q.window, q.fixedWin)
+		limit := q.window
+		if w := e.attr.SendWindow; w != 0 {
+			limit = min(limit, w)
+		}
+		q.win.start(e.attr.SQPSN, limit, q.fixedWin)
 		q.win.sr.enable(e.attr.SelectiveRepeat, &q.win, e.attr.SRWindow)
 		q.ccStart(true)
 	}

@@ -97,6 +97,7 @@ type pairOpts struct {
 	sr         bool   // selective repeat (Attr.SelectiveRepeat) on both ends
 	srWindow   uint32 // Attr.SRWindow on both ends (0: the first format's 256)
 	dcqcn      bool   // DCQCN (Attr.DCQCN, frames ECT(0)) on both ends
+	sendWindow uint32 // Attr.SendWindow at RTS on both ends (0: not set)
 	ccParams   DCQCNParams
 }
 
@@ -189,8 +190,12 @@ func connect(tb testing.TB, e, peer *end, o pairOpts, sqPSN, rqPSN uint32) {
 	}
 	must(tb, q.Modify(&Attr{State: RTR, AV: av, PathMTU: o.mtu, DestQPN: peer.q.QPN(), RQPSN: rqPSN,
 		MaxDestRdAtomic: o.maxDestRdAtomic(), MinRNRTimer: o.minRNR, SelectiveRepeat: o.sr, SRWindow: o.srWindow, DCQCN: o.dcqcn}, rtr))
+	rts := AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic
+	if o.sendWindow != 0 {
+		rts |= AttrSendWindow
+	}
 	must(tb, q.Modify(&Attr{State: RTS, SQPSN: sqPSN, Timeout: o.timeout, RetryCnt: o.retry, RNRRetry: o.rnrRetry,
-		MaxRdAtomic: o.rdAtomic}, AttrState|AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxRdAtomic))
+		MaxRdAtomic: o.rdAtomic, SendWindow: o.sendWindow}, rts))
 }
 
 func must(tb testing.TB, err error) {

@@ -451,6 +451,9 @@ func applyAttr(dst, a *Attr, m AttrMask) {
 	if m&AttrDCQCN != 0 {
 		dst.DCQCN = a.DCQCN
 	}
+	if m&AttrSendWindow != 0 {
+		dst.SendWindow = a.SendWindow
+	}
 }
 
 // PostSend queues a send work request; the QP copies it (and, with Inline,

@@ -36,7 +36,7 @@ func transitionFor(t Type, cur, next State) (transition, bool) {
 		switch t {
 		case RC:
 			return transition{req: AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxRdAtomic,
-				opt: AttrAccessFlags | AttrMinRNRTimer}, true
+				opt: AttrAccessFlags | AttrMinRNRTimer | AttrSendWindow}, true
 		case UC:
 			return transition{req: AttrSQPSN, opt: AttrAccessFlags}, true
 		}

@@ -68,11 +68,14 @@ const (
 	// it (docs/cc.md): the queue pair answers CE-marked frames with CNPs
 	// and paces its requests by DCQCN.
 	AttrDCQCN
+	// AttrSendWindow: RC only, at RTR→RTS. Caps the send window below
+	// Config.SendWindow (IRN's bandwidth-delay-product cap: ConnectOptions.BDP).
+	AttrSendWindow
 )
 
 var attrNames = [...]string{"STATE", "ACCESS_FLAGS", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT",
 	"RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN",
-	"SELECTIVE_REPEAT", "DCQCN"}
+	"SELECTIVE_REPEAT", "DCQCN", "SEND_WINDOW"}
 
 func (m AttrMask) String() string {
 	if m == 0 {
@@ -143,6 +146,12 @@ type Attr struct {
 	// bits of the frames sent are AV.TOS's: the caller sets ECT(0) there.
 	// False: no CNP is sent, CNPs received are counted and ignored.
 	DCQCN bool
+	// SendWindow (AttrSendWindow): at most this many unacknowledged PSNs
+	// (a READ counts one per response packet), below Config.SendWindow;
+	// 0: Config.SendWindow alone. Capped at the path's bandwidth-delay
+	// product, a window keeps no more in flight than the path holds, so a
+	// loss or a congested queue costs less (IRN, SIGCOMM 2018: BDP-FC).
+	SendWindow uint32
 }
 
 // enumName returns names[i], or "Name(i)" out of range.

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/xdproce/xdproce/roce/wire"
 )
 
 // winDriver plays requester and completer around a send window alone (no
@@ -290,6 +292,32 @@ func TestSendWindowAckReq(t *testing.T) {
 		w := sendWindow{una: 1000, cwnd: tc.cwnd}
 		if got := w.wantAckReq(tc.psn, tc.since); got != tc.want {
 			t.Errorf("cwnd %d psn %d, %d since the last AckReq: AckReq %v, want %v", tc.cwnd, tc.psn, tc.since, got, tc.want)
+		}
+	}
+}
+
+// TestSendWindowAttr: Attr.SendWindow caps the unacknowledged PSNs below
+// Config.SendWindow (ConnectOptions.BDP sets it): 256 KiB WRITEs over the
+// timed network with a round trip of ~30 packets keep at most the cap in
+// flight, with selective repeat and with go-back-N, where the uncapped
+// window (256) keeps more; the bytes land either way.
+func TestSendWindowAttr(t *testing.T) {
+	cfg := netCfg{delay: 48_000, perFrame: 4000, tick: 2000}
+	for _, sr := range []bool{false, true} {
+		var most [2]uint32
+		for i, cap := range []uint32{0, 24} {
+			o := defaultOpts()
+			o.mtu, o.window, o.maxWR, o.sr, o.sendWindow = wire.MTU1024, 256, 64, sr, cap
+			srStreamWith(t, o, 16, WRRDMAWrite, 4<<20, cfg, 1, func(to *netEnd, p *wire.Packet) bool {
+				if to.q.win.anySent { // A, the requester: an ACK or SACK arrives
+					most[i] = max(most[i], uint32(wire.PSNDiff(to.q.win.max, to.q.win.unacked())))
+				}
+				return false
+			})
+		}
+		t.Logf("sr %v: most PSNs in flight uncapped %d, capped at 24 %d", sr, most[0], most[1])
+		if most[1] > 24 || most[0] <= 24 {
+			t.Errorf("sr %v: most PSNs in flight %d with Attr.SendWindow 24, %d without", sr, most[1], most[0])
 		}
 	}
 }
