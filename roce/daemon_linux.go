@@ -98,14 +98,25 @@ func (l *daemonLink) unlistenService(id uint64) error {
 	return l.release(&proto.Request{Op: proto.OpUnlisten, ServiceID: id})
 }
 
-// release asks the daemon to undo something; with the connection closed
-// there is nothing to undo: the daemon forgot the client's services and
-// groups when it went.
+// release asks the daemon to undo something; with the connection closed,
+// by this side or the daemon's, there is nothing to undo: the daemon forgot
+// the client's services, groups, regions and connections when it went.
 func (l *daemonLink) release(r *proto.Request) error {
-	if err := l.call(r); err != nil && !errors.Is(err, net.ErrClosed) {
+	if err := l.call(r); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, unix.EPIPE) &&
+		!errors.Is(err, unix.ECONNRESET) {
 		return err
 	}
 	return nil
+}
+
+// connectQP and disconnectQP tell the daemon the peer of a connected
+// queue pair, and that it has none any more (connRegistrar).
+func (l *daemonLink) connectQP(qpn uint32, peer netip.Addr, peerQPN uint32) error {
+	return l.call(&proto.Request{Op: proto.OpConnQP, QPN: qpn, GID: peer.String(), PeerQPN: peerQPN})
+}
+
+func (l *daemonLink) disconnectQP(qpn uint32) error {
+	return l.release(&proto.Request{Op: proto.OpDisconnQP, QPN: qpn})
 }
 
 // join asks the daemon to join group on its interface for this client
@@ -265,7 +276,7 @@ func openDaemon(ifname, path, why string, local *ifaceInfo, h *netlink.Handle, o
 		return nil, err
 	}
 	dl := l.(*daemonLink)
-	d.cmReg, d.join = dl, dl
+	d.cmReg, d.join, d.conns = dl, dl, dl
 	d.shared.sync = d.sync
 	if h != nil {
 		d.cleanup = []func() error{func() error { h.Close(); return nil }}

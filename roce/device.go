@@ -192,7 +192,8 @@ type Device struct {
 	cmAg   *cmAgent
 	cmLive atomic.Pointer[cmAgent] // cmAg once made: CMStats reads it without making it
 	cmErr  error
-	cmReg  cmRegistrar // who else must know the service IDs listened on (nil: nobody; the daemon's clients: the daemon)
+	cmReg  cmRegistrar   // who else must know the service IDs listened on (nil: nobody; the daemon's clients: the daemon)
+	conns  connRegistrar // who else must know the peers of connected queue pairs (nil: nobody; connreg.go)
 	pmtu   wire.MTU
 	opts   Options
 	tbl    *mr.Table

@@ -172,8 +172,8 @@ func (q *QP) modify(attr *Attr, mask AttrMask) error {
 	if mask&qp.AttrAV != 0 && q.typ == RC && q.d.shared != nil {
 		q.q.SetPlacer(q.d.placerFor(attr.AV.DstIP)) // place.go
 	}
-	if err := q.q.Modify(attr, mask); err != nil {
-		return err
+	if err := q.modifyConn(attr, mask, func() error { return q.q.Modify(attr, mask) }); err != nil {
+		return err // connreg.go
 	}
 	return q.revokeGrant() // place_grant.go
 }
@@ -212,6 +212,9 @@ func (q *QP) Destroy() error {
 		err = rerr // place_grant.go
 	}
 	q.d.removeQP(q.e)
+	if uerr := q.unregisterConn(); err == nil {
+		err = uerr // connreg.go
+	}
 	if derr := q.q.Destroy(); err == nil {
 		err = derr
 	}

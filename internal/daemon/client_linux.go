@@ -39,6 +39,7 @@ type client struct {
 	fromClient    atomic.Uint64     // frames read from the client
 	toClient      atomic.Uint64     // frames delivered to it
 	dropForeign   atomic.Uint64     // its UD frames naming a source QPN not its own
+	dropConn      atomic.Uint64     // its RC/UC frames to a local queue pair not connected to it (conn_linux.go)
 	dropBadSource atomic.Uint64     // its frames from an address not the interface's
 	dropMalformed atomic.Uint64     // its frames that are not RoCEv2
 	overflow      atomic.Uint64     // frames for it dropped: its port was full
@@ -56,6 +57,7 @@ type client struct {
 	pm            place.Msg  // the placement message being handled (client goroutine)
 	grMu          sync.Mutex // guards grants; held by a copy on a grant
 	grants        map[uint32]*grant
+	cn            conns     // its connected queue pairs (conn_linux.go)
 	kicks         []*client // clients to signal at the end of the batch (kick_linux.go; client goroutine)
 	wire          wireTx    // its frames to the wire in the batch (egress_linux.go; client goroutine)
 }
@@ -276,6 +278,7 @@ func (d *Daemon) release(c *client) {
 		d.owners[c.block].Store(nil)
 	}
 	d.mu.Unlock()
+	d.forgetConns(c) // after its block is free: no registration names it from then on
 	d.dropServices(c)
 	d.dropGroups(c)
 	d.dropRegions(c)
@@ -283,7 +286,7 @@ func (d *Daemon) release(c *client) {
 	// deliver: the port is closed by then and takes nothing.
 	if c.id != 0 {
 		d.log.Info("client detached", "client", c.id, "pid", c.pid, "frames_from", c.fromClient.Load(),
-			"frames_to", c.toClient.Load(), "foreign_qpn", c.dropForeign.Load(), "bad_source", c.dropBadSource.Load(),
+			"frames_to", c.toClient.Load(), "foreign_qpn", c.dropForeign.Load(), "foreign_conn", c.dropConn.Load(), "bad_source", c.dropBadSource.Load(),
 			"malformed", c.dropMalformed.Load(), "overflow", c.overflow.Load())
 	}
 }

@@ -15,7 +15,9 @@
 // A frame whose source address is not one of the interface's, or (UD,
 // which names its source QPN in the DETH) whose source QPN is not the
 // client's, is dropped and counted. RC and UC packets carry no source QPN:
-// a client can address any QPN, as any host on the wire can.
+// one from a client reaches another client's queue pair only when that
+// queue pair is registered as connected to a QPN of the sender
+// (conn_linux.go).
 //
 // QP1 is every client's: the daemon steers each RDMA CM MAD to the client
 // it is for (cm_linux.go). Multicast groups are joined on the interface for
@@ -89,6 +91,9 @@ type Stats struct {
 	EgressFull     uint64
 	WireErrors     uint64
 	DropNoNeighbor uint64 // frames from clients without a MAC (another namespace) whose next hop is not resolved yet
+	// DropForeignConn counts clients' RC/UC frames to another local
+	// client's queue pair not connected to them (conn_linux.go).
+	DropForeignConn uint64
 	// Direct placement (place_linux.go).
 	Placed         uint64 // messages copied between clients' shared regions
 	PlacedBytes    uint64 // their bytes
@@ -102,20 +107,22 @@ type Stats struct {
 
 // ClientStats describe one client.
 type ClientStats struct {
-	ID            int
-	PID, UID, GID int32
-	Command       string
-	QPNFirst      uint32
-	QPNLast       uint32
-	Since         time.Time
-	FromClient    uint64
-	ToClient      uint64
-	DropForeign   uint64
-	DropBadSource uint64
-	DropMalformed uint64
-	Overflow      uint64
-	Services      int   // RDMA CM service IDs it listens on
-	Groups        int   // multicast groups it joined
-	Regions       int   // memory regions it shares for direct placement
-	SharedBytes   int64 // their bytes (mapped by the daemon)
+	ID              int
+	PID, UID, GID   int32
+	Command         string
+	QPNFirst        uint32
+	QPNLast         uint32
+	Since           time.Time
+	FromClient      uint64
+	ToClient        uint64
+	DropForeign     uint64
+	DropForeignConn uint64 // its RC/UC frames to a local queue pair not connected to it
+	Conns           int    // its queue pairs registered as connected
+	DropBadSource   uint64
+	DropMalformed   uint64
+	Overflow        uint64
+	Services        int   // RDMA CM service IDs it listens on
+	Groups          int   // multicast groups it joined
+	Regions         int   // memory regions it shares for direct placement
+	SharedBytes     int64 // their bytes (mapped by the daemon)
 }

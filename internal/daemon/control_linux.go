@@ -45,6 +45,10 @@ func (d *Daemon) control(c *client, msg []byte, fds []int) *proto.Reply {
 		err = d.addKey(c, r.Region, r.RKey, r.PD, mr.Access(r.Access), r.VA, r.Off, r.Len)
 	case proto.OpRevokeQP:
 		err = d.revoke(c, r.QPN)
+	case proto.OpConnQP:
+		err = d.connectQP(c, r.QPN, r.GID, r.PeerQPN)
+	case proto.OpDisconnQP:
+		err = d.disconnectQP(c, r.QPN)
 	case proto.OpListen:
 		err = d.listen(c, r.ServiceID)
 	case proto.OpUnlisten:

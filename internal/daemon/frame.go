@@ -24,6 +24,7 @@ const (
 type header struct {
 	src, dst [16]byte // IPv4 as IPv4-mapped IPv6
 	dqpn     uint32   // BTH destination QPN
+	op       uint8    // BTH opcode
 	ud       bool     // UD opcode: sqpn is DETH's source QPN
 	sqpn     uint32
 	bth      int // offset of the BTH
@@ -69,6 +70,7 @@ func parse(b []byte, h *header) bool {
 	bth := l4 + udpLen
 	h.bth = bth
 	op := b[bth]
+	h.op = op
 	h.dqpn = binary.BigEndian.Uint32(b[bth+4:bth+8]) & qpnMask
 	h.ud = op == opUDSend || op == opUDSendImm
 	h.sqpn = 0

@@ -81,8 +81,7 @@ func writeAt(op place.Op, off uint64, n uint32, boff uint64, psn uint32) *place.
 // TestPlacementGrant: once b's answer grants its queue pair, the daemon
 // places a's WRITEs and READs at the PSN b expects itself (b gets a Note,
 // a the ACK, the bytes land), and hands everything it must not decide to
-// b as an indication: a PSN out of order, another source QPN, an rkey it
-// does not hold, a range past the rkey's, another PD, an access the rkey
+// b as an indication: a PSN out of order, an rkey it does not hold, a range past the rkey's, another PD, an access the rkey
 // or the queue pair does not give, a SEND. Revocation (b's request, b's
 // region deregistered) stops it before it returns, and a grant in an
 // answer to a request indicated before the revocation is refused.
@@ -118,7 +117,6 @@ func TestPlacementGrant(t *testing.T) {
 	}{
 		{"a PSN ahead", func(psn uint32) *place.Msg { return w(psn + 1) }, nil},
 		{"a PSN behind", func(psn uint32) *place.Msg { return w(psn - 1) }, nil},
-		{"another source QPN", func(psn uint32) *place.Msg { m := w(psn); m.SrcQPN = 0x1002; return m }, nil},
 		{"an unknown rkey", func(psn uint32) *place.Msg { m := w(psn); m.RKey = 0x56; return m }, nil},
 		{"past the rkey's range", func(psn uint32) *place.Msg { return writeAt(place.OpWrite, 0, 4096, 62<<10, psn) }, nil},
 		{"below the rkey's range", func(psn uint32) *place.Msg { m := w(psn); m.VA = grantVA - 1; return m }, nil},

@@ -65,8 +65,8 @@ func encodePlace(m *place.Msg) []byte {
 }
 
 // placeFixture is a switch with three clients sharing a 64 KiB region
-// each: a (QPNs 0x1000..) requests, b (0x2000..) responds, c (0x3000..)
-// holds memory nobody may touch.
+// each: a (QPNs 0x1000..) requests, b (0x2000..) responds (its 0x2001
+// connected to a's 0x1001), c (0x3000..) holds memory nobody may touch.
 type placeFixture struct {
 	s          *testSwitch
 	a, b, c    *client
@@ -81,6 +81,10 @@ func newPlaceFixture(t testing.TB) *placeFixture {
 	x.b, x.bE = x.s.addClient(t, 2)
 	x.c, x.cE = x.s.addClient(t, 3)
 	x.am, x.bm, x.cm = shareRegion(t, d, x.a, 64<<10), shareRegion(t, d, x.b, 64<<10), shareRegion(t, d, x.c, 64<<10)
+	// b's queue pair 0x2001 is connected to a's 0x1001 (conn_linux.go).
+	if err := d.connectQP(x.b, 0x2001, localIP.String(), 0x1001); err != nil {
+		t.Fatal(err)
+	}
 	for i := range x.cm {
 		x.cm[i] = byte(i*7 + 3)
 	}
@@ -206,6 +210,28 @@ func TestPlacementHostile(t *testing.T) {
 	}
 	if got := placeMsgs(t, x.bE); len(got) != 0 {
 		t.Errorf("b got %+v without asking for Done", got)
+	}
+
+	// A request from a queue pair b's is not connected to (a's other, c's,
+	// or a's to a queue pair of b's connected to a peer on the wire whose
+	// QPN lies in a's range) reaches nobody, counted as a foreign
+	// connection.
+	if err := d.connectQP(x.b, 0x2002, remoteIP.String(), 0x1002); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what     string
+		from     *client
+		src, dst uint32
+	}{{"a's other queue pair", x.a, 0x1002, 0x2001}, {"c's", x.c, 0x3001, 0x2001}, {"a to a queue pair connected to the wire", x.a, 0x1002, 0x2002}} {
+		m := req(place.OpWrite, 0, 4096)
+		m.SrcQPN, m.DstQPN = tc.src, tc.dst
+		drops, bm := d.Stats().DropForeignConn, bytes.Clone(x.bm)
+		d.fromClient(tc.from, encodePlace(m))
+		if got := append(placeMsgs(t, x.aE), append(placeMsgs(t, x.bE), placeMsgs(t, x.cE)...)...); len(got) != 0 ||
+			d.Stats().DropForeignConn != drops+1 || !bytes.Equal(x.bm, bm) {
+			t.Errorf("%s: delivered %+v, drop_foreign_conn +%d", tc.what, got, d.Stats().DropForeignConn-drops)
+		}
 	}
 
 	// No client owns the QPN: sent back to go as frames.

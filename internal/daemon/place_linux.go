@@ -10,8 +10,9 @@ import (
 // Direct placement (docs/placement.md): the daemon is seed 004's virtual
 // RDMA component. A client's engine sends a placement request (package
 // place) instead of a RoCE message's frames; the daemon checks that its
-// segments lie in the client's own shared regions and that the request's
-// source QPN is the client's, keeps it, and hands the responder's engine
+// segments lie in the client's own shared regions, that the request's
+// source QPN is the client's and that the destination queue pair is
+// registered as connected to it (conn_linux.go), keeps it, and hands the responder's engine
 // (the client owning the destination QPN) an indication. That engine runs
 // the responder's checks (PSN, state, QP pairing, access, rkey, receive
 // WQE) and answers with the segments of its own regions the message lands
@@ -111,6 +112,11 @@ func (d *Daemon) placeRequest(c *client, m *place.Msg) {
 		d.plMu.Lock()
 		d.pl.fallbacks++
 		d.plMu.Unlock()
+		return
+	}
+	if !placeConnOK(c, to, m.SrcQPN, m.DstQPN) {
+		c.dropConn.Add(1) // conn_linux.go
+		d.st.dropConn.Add(1)
 		return
 	}
 	if (m.Op == place.OpWrite || m.Op == place.OpRead) && d.placeGranted(c, to, m) {

@@ -101,9 +101,11 @@ func TestPrivilegedSocket(t *testing.T) {
 }
 
 // TestPrivilegedHostileClient: through a running daemon, a client writing
-// garbage, a UD frame claiming another client's source QPN and a frame from
-// a foreign address into its port reaches nobody (each counted); its one
-// well-formed frame for the other client's QPN arrives there byte-exact.
+// garbage, a UD frame claiming another client's source QPN, a frame from
+// a foreign address and an RC frame for a queue pair of the other client
+// not connected to it into its port reaches nobody (each counted); its one
+// well-formed frame for the other client's queue pair connected to it
+// arrives there byte-exact.
 // On the connection, its garbage requests and its claim to the other's
 // service ID are refused, and both clients stay.
 func TestPrivilegedHostileClient(t *testing.T) {
@@ -132,23 +134,18 @@ func TestPrivilegedHostileClient(t *testing.T) {
 	defer c2.Close()
 	defer p2.Close()
 	local := topo.A.IPv4
+	// The victim's queue pair QPNFirst+1 is connected to the hostile
+	// client's QPNFirst+5; QPNFirst+3 to nobody.
+	if err := proto.Call(c2, &proto.Request{Op: proto.OpConnQP, QPN: w2.QPNFirst + 1, GID: local.String(), PeerQPN: w1.QPNFirst + 5}, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	good := frame(t, local, local, w2.QPNFirst+1, false, 0)
-	frames := [][]byte{
+	sendFrames(t, p1,
 		[]byte("\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x08\x00 garbage"),
 		frame(t, local, local, w2.QPNFirst+1, true, w2.QPNFirst+2),
 		frame(t, topo.B.IPv4, local, w2.QPNFirst+1, false, 0),
-		good,
-	}
-	bufs := make([][]byte, len(frames))
-	if n := p1.Alloc(bufs); n != len(bufs) {
-		t.Fatalf("alloc %d of %d", n, len(bufs))
-	}
-	for i, f := range frames {
-		bufs[i] = bufs[i][:copy(bufs[i], f)]
-	}
-	if err := p1.Send(bufs); err != nil {
-		t.Fatal(err)
-	}
+		frame(t, local, local, w2.QPNFirst+3, false, 0),
+		good)
 	var got [][]byte
 	fr := make([][]byte, 8)
 	deadline := time.Now().Add(2 * time.Second)
@@ -170,7 +167,8 @@ func TestPrivilegedHostileClient(t *testing.T) {
 			hostile = c
 		}
 	}
-	if hostile.DropMalformed != 1 || hostile.DropForeign != 1 || hostile.DropBadSource != 1 || hostile.FromClient != 4 {
+	if hostile.DropMalformed != 1 || hostile.DropForeign != 1 || hostile.DropBadSource != 1 || hostile.DropForeignConn != 1 ||
+		hostile.FromClient != 5 {
 		t.Errorf("hostile client's counters %+v", hostile)
 	}
 

@@ -14,6 +14,7 @@ type counters struct {
 	wireRx, wireTx atomic.Uint64 // frames received from and sent to the interface
 	switched       atomic.Uint64 // frames from one client delivered to another (or itself)
 	dropNoOwner    atomic.Uint64 // frames for a QPN no client owns
+	dropConn       atomic.Uint64 // client RC/UC frames to a local queue pair not connected to the sender (conn_linux.go)
 	dropQP1        atomic.Uint64 // frames for QP1 no client takes and the daemon does not answer
 	cmAnswered     atomic.Uint64 // CM MADs for no client the daemon answered (REJ, DREP, SIDR_REP)
 	groupFrames    atomic.Uint64 // multicast frames delivered to clients (one per member)
@@ -32,7 +33,8 @@ func (d *Daemon) Stats() Stats {
 	st := Stats{WireRx: d.st.wireRx.Load(), WireTx: d.st.wireTx.Load(), Switched: d.st.switched.Load(),
 		DropNoOwner: d.st.dropNoOwner.Load(), DropQP1: d.st.dropQP1.Load(), CMAnswered: d.st.cmAnswered.Load(),
 		GroupFrames: d.st.groupFrames.Load(), DropWireBad: d.st.dropWireBad.Load(),
-		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load(), DropNoNeighbor: d.st.dropNoNeighbor.Load()}
+		EgressFull: d.st.egressFull.Load(), WireErrors: d.st.wireErrors.Load(), DropNoNeighbor: d.st.dropNoNeighbor.Load(),
+		DropForeignConn: d.st.dropConn.Load()}
 	d.plMu.Lock()
 	st.Placed, st.PlacedBytes, st.PlaceFallbacks = d.pl.placed, d.pl.placedBytes, d.pl.fallbacks
 	st.PlaceAnswered, st.PlaceBad, st.PlaceFailed = d.pl.answered, d.pl.bad, d.pl.failed
@@ -45,7 +47,8 @@ func (d *Daemon) Stats() Stats {
 	for _, c := range d.clients {
 		st.Clients = append(st.Clients, ClientStats{ID: c.id, PID: c.pid, UID: c.uid, GID: c.gid, Command: c.cmd,
 			QPNFirst: c.first, QPNLast: c.last, Since: c.since, FromClient: c.fromClient.Load(),
-			ToClient: c.toClient.Load(), DropForeign: c.dropForeign.Load(), DropBadSource: c.dropBadSource.Load(),
+			ToClient: c.toClient.Load(), DropForeign: c.dropForeign.Load(), DropForeignConn: c.dropConn.Load(),
+			Conns: c.connCount(), DropBadSource: c.dropBadSource.Load(),
 			DropMalformed: c.dropMalformed.Load(), Overflow: c.overflow.Load(), Services: c.services, Groups: c.groups,
 			Regions: len(c.mem.m), SharedBytes: c.mem.bytes})
 	}
@@ -84,6 +87,11 @@ func (d *Daemon) fromClient(c *client, frame []byte) {
 		return
 	}
 	if d.isLocal(&h.dst) {
+		if !d.connOK(c, h) {
+			c.dropConn.Add(1)
+			d.st.dropConn.Add(1)
+			return
+		}
 		if d.steer(h, frame, snap) {
 			d.st.switched.Add(1)
 		}

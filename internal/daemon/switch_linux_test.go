@@ -155,7 +155,11 @@ func TestSteering(t *testing.T) {
 		t.Errorf("a got %d frames meant for b", len(got))
 	}
 
-	// Client to client, RC and UD from a's own QPN.
+	// Client to client, RC (to a queue pair of b's connected to a's) and
+	// UD from a's own QPN.
+	if err := d.connectQP(b, 0x2001, localIP.String(), 0x1003); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range [][]byte{frame(t, localIP, localIP, 0x2001, false, 0), frame(t, localIP, localIP, 0x2001, true, 0x1003)} {
 		d.fromClient(a, f)
 		if got := recv(bEnd); len(got) != 1 || !bytes.Equal(got[0], f) {
@@ -204,32 +208,55 @@ func TestSteering(t *testing.T) {
 	}
 }
 
-// FuzzClientFrame feeds arbitrary frames from client a into the switch
-// (including ones built to look like RoCEv2 and CM MADs): nothing panics,
-// and whatever reaches client b or the wire parses as RoCEv2 from one of
-// the interface's addresses, delivered byte-exact: b's only frames
-// addressed to b's QPNs (UD ones from a's QPNs), or from a's QP1 a CM MAD
-// carrying a's communication ID for b's service ID or b's communication ID
-// (b listens on one service ID; b joined no group).
+// FuzzClientFrame feeds an arbitrary request from client b on its
+// connection (connqp and disconnqp among the seeds), then an arbitrary
+// frame from client a into the switch (including ones built to look like
+// RoCEv2 and CM MADs): nothing panics, b's registered queue pairs are its
+// own, and whatever reaches client b or the wire parses as RoCEv2 from one
+// of the interface's addresses, delivered byte-exact: b's only frames
+// addressed to b's QPNs (UD ones from a's QPNs; RC/UC ones to a queue pair
+// b registered as connected to a's at the frame's source address), or
+// from a's QP1 a CM MAD carrying a's communication ID for b's service ID
+// or b's communication ID (b listens on one service ID; b joined no group).
 func FuzzClientFrame(f *testing.F) {
-	f.Add(frame(f, localIP, localIP, 0x2001, false, 0))
-	f.Add(frame(f, localIP, localIP, 0x2001, true, 0x1001))
-	f.Add(frame(f, localIP, localIP, 0x2001, true, 0x2001))
-	f.Add(frame(f, localIP, remoteIP, 0x2001, false, 0))
-	f.Add(frame(f, remoteIP, localIP, 0x2001, false, 0))
-	f.Add(frame(f, localIP, netip.MustParseAddr("239.1.2.3"), mcastQPN, true, 0x1001))
+	conn := []byte(`{"op":"connqp","qpn":8193,"gid":"198.51.100.1","peer_qpn":4097}`)
+	for _, in := range [][]byte{
+		frame(f, localIP, localIP, 0x2001, false, 0),
+		frame(f, localIP, localIP, 0x2002, false, 0),
+		frame(f, localIP, localIP, 0x2001, true, 0x1001),
+		frame(f, localIP, localIP, 0x2001, true, 0x2001),
+		frame(f, localIP, remoteIP, 0x2001, false, 0),
+		frame(f, remoteIP, localIP, 0x2001, false, 0),
+		frame(f, localIP, netip.MustParseAddr("239.1.2.3"), mcastQPN, true, 0x1001),
+	} {
+		f.Add(conn, in)
+	}
+	for _, ctl := range []string{`{"op":"disconnqp","qpn":8193}`, `{"op":"connqp","qpn":8194,"gid":"::ffff:198.51.100.1","peer_qpn":4098}`,
+		`{"op":"connqp","qpn":8193,"gid":"198.51.100.2","peer_qpn":4097}`, `{"op":"connqp","qpn":4097,"gid":"198.51.100.1","peer_qpn":8193}`,
+		`{"op":"connqp","qpn":8193,"gid":"x","peer_qpn":1}`, `garbage`} {
+		f.Add([]byte(ctl), frame(f, localIP, localIP, 0x2001, false, 0))
+		f.Add([]byte(ctl), frame(f, localIP, localIP, 0x2002, false, 0))
+	}
 	sid := rdmacm.ServiceID(rdmacm.PSTCP, 7471)
-	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REQ{LocalCommID: 0x100001, ServiceID: sid}))
-	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REQ{LocalCommID: 0x200001, ServiceID: sid}))
-	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REP{LocalCommID: 0x100001, RemoteCommID: 0x200001}))
-	f.Add(madFrame(f, localIP, localIP, 1, &rdmacm.REJ{RemoteCommID: 0x200001}))
-	f.Add(madFrame(f, localIP, remoteIP, 1, &rdmacm.DREQ{LocalCommID: 0x100001, RemoteCommID: 0x200001}))
-	f.Add([]byte{})
+	f.Add(conn, madFrame(f, localIP, localIP, 1, &rdmacm.REQ{LocalCommID: 0x100001, ServiceID: sid}))
+	f.Add(conn, madFrame(f, localIP, localIP, 1, &rdmacm.REQ{LocalCommID: 0x200001, ServiceID: sid}))
+	f.Add(conn, madFrame(f, localIP, localIP, 1, &rdmacm.REP{LocalCommID: 0x100001, RemoteCommID: 0x200001}))
+	f.Add(conn, madFrame(f, localIP, localIP, 1, &rdmacm.REJ{RemoteCommID: 0x200001}))
+	f.Add(conn, madFrame(f, localIP, remoteIP, 1, &rdmacm.DREQ{LocalCommID: 0x100001, RemoteCommID: 0x200001}))
+	f.Add([]byte{}, []byte{})
 	s := newTestSwitch(f)
 	a, _ := s.addClient(f, 1)
 	b, bEnd := s.addClient(f, 2)
 	if err := s.d.listen(b, sid); err != nil {
 		f.Fatal(err)
+	}
+	// connected: b's queue pair qpn is registered as connected to one of
+	// a's at src.
+	connected := func(qpn uint32, src *[16]byte) bool {
+		b.cn.mu.RLock()
+		defer b.cn.mu.RUnlock()
+		e, ok := b.cn.m[qpn]
+		return ok && e.peer == a && e.gid == *src && e.qpn >= a.first && e.qpn <= a.last
 	}
 	var h header
 	// fromA: a CM MAD a's QP1 may send.
@@ -243,10 +270,21 @@ func FuzzClientFrame(f *testing.F) {
 		}
 		return s.d.mayCMSend(a, mad)
 	}
-	f.Fuzz(func(t *testing.T, in []byte) {
+	f.Fuzz(func(t *testing.T, ctl, in []byte) {
 		if len(in) > 4218 {
 			in = in[:4218]
 		}
+		if len(ctl) > maxRequest {
+			ctl = ctl[:maxRequest]
+		}
+		s.d.control(b, ctl, nil)
+		b.cn.mu.RLock()
+		for q := range b.cn.m {
+			if q < b.first || q > b.last {
+				t.Fatalf("b registered qpn %#x, not its own", q)
+			}
+		}
+		b.cn.mu.RUnlock()
 		s.d.fromClient(a, in)
 		for _, got := range recv(bEnd) {
 			if place.Is(in) && place.Is(got) {
@@ -257,7 +295,8 @@ func FuzzClientFrame(f *testing.F) {
 				to, _ := s.d.madRoute(madOf(got, &h))
 				ok = fromA(got, &h) && to == b
 			} else {
-				ok = ok && h.dqpn >= b.first && h.dqpn <= b.last && !(h.ud && (h.sqpn < a.first || h.sqpn > a.last))
+				ok = ok && h.dqpn >= b.first && h.dqpn <= b.last && !(h.ud && (h.sqpn < a.first || h.sqpn > a.last)) &&
+					(h.ud || h.op>>5 == oooOps || connected(h.dqpn, &h.src))
 			}
 			if !ok {
 				t.Fatalf("b got % x from % x", got, in)

@@ -5,7 +5,8 @@
 // client's link/shm port (shm.SendPort). The connection then stays open
 // for the client's life; either side closing it ends the client. On it the
 // client asks for what the daemon owns device-wide (Call: a Request, one
-// Reply each, in turn): RDMA CM service IDs, multicast groups.
+// Reply each, in turn): RDMA CM service IDs, multicast groups, shared
+// memory, and tells it whom its connected queue pairs talk to.
 package proto
 
 import (
@@ -24,7 +25,7 @@ import (
 )
 
 // Version is the version of the conversation.
-const Version = 3 // 3: placement grants (placekey, revokeqp; place.KindNote, KindRevoke)
+const Version = 4 // 4: connected queue pairs (connqp, disconnqp); 3: placement grants (placekey, revokeqp)
 
 // maxMessage bounds one JSON message.
 const maxMessage = 64 << 10
@@ -76,6 +77,16 @@ const (
 	// OpRevokeQP forgets the placement grant of QPN: when it is answered
 	// the daemon places nothing more for that queue pair on its own.
 	OpRevokeQP = "revokeqp"
+	// OpConnQP registers the client's RC or UC queue pair QPN as
+	// connected to queue pair PeerQPN at GID: from then on the daemon
+	// passes another local client's RC/UC frames to QPN only when they
+	// come from that client's queue pair PeerQPN at GID. Registering a
+	// QPN again replaces its peer.
+	OpConnQP = "connqp"
+	// OpDisconnQP forgets QPN's peer (the queue pair was reset or
+	// destroyed): no local client's RC/UC frame reaches it from then on.
+	// A QPN not registered is no error.
+	OpDisconnQP = "disconnqp"
 )
 
 // Request is a client's request after the handshake.
@@ -91,6 +102,8 @@ type Request struct {
 	Off       uint64 `json:"off,omitempty"`
 	Len       uint64 `json:"len,omitempty"`
 	QPN       uint32 `json:"qpn,omitempty"`
+	GID       string `json:"gid,omitempty"`      // OpConnQP: the peer's GID (an IP address)
+	PeerQPN   uint32 `json:"peer_qpn,omitempty"` // OpConnQP: the peer's QPN
 }
 
 // Reply answers a Request: Error is empty when it was done.
