@@ -22,13 +22,16 @@ func connsOf(d *Daemon, qpn uint32) (n int, peer uint32) {
 	return len(c.cn.m), c.cn.m[qpn].qpn
 }
 
-// writeFrame is an RC WRITE ONLY frame from src to dst for queue pair dqpn
-// at psn, putting data at va under rkey.
+// writeFrame is an RC WRITE ONLY with immediate frame from src to dst for
+// queue pair dqpn at psn, putting data at va under rkey (the immediate
+// completes a receive: the test learns of it without reading memory the
+// engine may be writing).
 func writeFrame(t testing.TB, src, dst netip.Addr, dqpn, psn uint32, va uint64, rkey uint32, data []byte) []byte {
 	p := wire.Packet{SrcMAC: [6]byte{0x02, 6, 6, 6, 6, 6}, TTL: 64, SrcPort: 49999, DstPort: 4791, Payload: data,
 		IPFlags: wire.IPv4DontFragment}
 	p.SrcIP, p.DstIP = src, dst
-	p.BTH = wire.BTH{Opcode: wire.RCWriteOnly, PKey: 0xFFFF, DestQPN: dqpn, PSN: psn, AckReq: true}
+	p.BTH = wire.BTH{Opcode: wire.RCWriteOnlyImm, PKey: 0xFFFF, DestQPN: dqpn, PSN: psn, AckReq: true}
+	p.ImmDt = 0x600d
 	p.RETH = wire.RETH{VA: va, RKey: rkey, DMALen: uint32(len(data))}
 	b := make([]byte, 2048)
 	n, err := p.Encode(b)
@@ -104,28 +107,34 @@ func TestPrivilegedConnHostile(t *testing.T) {
 	}
 	defer hc.Close()
 	defer hp.Close()
+	if err := sy.qp.PostRecv(roce.RecvWR{ID: 99}); err != nil { // for the immediate
+		t.Fatal(err)
+	}
 	_, attr := sy.qp.Query()
 	epsn := attr.RQPSN + 4
 	local := topo.A.IPv4
 	hostile := bytes.Repeat([]byte{'X'}, 64)
 	const target = 3072
 	sendFrames(t, hp, writeFrame(t, local, local, sy.qp.QPN(), epsn, sy.mr.Addr()+target, sy.mr.RKey(), hostile))
-	deadline := time.Now().Add(2 * time.Second)
-	var hs ClientStats
-	for time.Now().Before(deadline) {
+	hostileStats := func() (hs ClientStats) {
 		for _, c := range d.Stats().Clients {
 			if c.QPNFirst == hw.QPNFirst {
 				hs = c
 			}
 		}
-		if hs.FromClient == 1 {
-			break
-		}
+		return hs
+	}
+	for deadline := time.Now().Add(2 * time.Second); hostileStats().DropForeignConn == 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // had it been passed, the victim's engine would have placed it by now
-	if hs.FromClient != 1 || hs.DropForeignConn != 1 || d.Stats().DropForeignConn != 1 {
+	// Had it been passed, the victim's engine would have completed the
+	// receive by now.
+	time.Sleep(200 * time.Millisecond)
+	if hs := hostileStats(); hs.FromClient != 1 || hs.DropForeignConn != 1 || d.Stats().DropForeignConn != 1 {
 		t.Errorf("hostile client %+v, daemon drop_foreign_conn %d: want one frame, dropped", hs, d.Stats().DropForeignConn)
+	}
+	if n, err := sy.cq.Poll(make([]roce.WC, 4)); n != 0 || err != nil {
+		t.Fatalf("the victim completed %d receives (%v): the hostile WRITE got in", n, err)
 	}
 	if !bytes.Equal(sy.buf[target:target+64], make([]byte, 64)) {
 		t.Fatal("the hostile WRITE landed in the victim's memory")
@@ -140,11 +149,9 @@ func TestPrivilegedConnHostile(t *testing.T) {
 		t.Fatal("the crafted frame does not parse")
 	}
 	d.steer(&h, f, nil)
-	for deadline := time.Now().Add(2 * time.Second); !bytes.Equal(sy.buf[target:target+64], hostile); {
-		if time.Now().After(deadline) {
-			t.Fatal("the crafted WRITE did not land when passed: the test's frame is not one the victim takes")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if wc := sy.wait(t, 1); wc[0].ID != 99 || wc[0].Status != "IBV_WC_SUCCESS" || wc[0].Imm != 0x600d ||
+		!bytes.Equal(sy.buf[target:target+64], hostile) {
+		t.Fatalf("the crafted WRITE passed: %+v, memory %q; the test's frame is not one the victim takes", wc, sy.buf[target:target+64])
 	}
 
 	if err := sx.qp.Modify(&roce.Attr{State: roce.StateReset}, roce.AttrState); err != nil {
