@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/xdproce/xdproce/roce/mr"
@@ -17,6 +18,7 @@ type victim struct {
 	rw, ro *mr.MR // a REMOTE_WRITE|REMOTE_READ|ATOMIC region and a local-only one
 	recv   *mr.MR
 	now    int64
+	peer   netip.Addr // the address its packets come from (QP 0x11's)
 }
 
 func newVictim(t *testing.T) *victim { return newVictimOpts(t, defaultOpts()) }
@@ -25,7 +27,7 @@ func newVictimOpts(t *testing.T, o pairOpts) *victim {
 	o.noConnect = true
 	p := newPair(t, o)
 	connect(t, p.b, p.a, o, 0x500, 0x100)
-	v := &victim{e: p.b}
+	v := &victim{e: p.b, peer: p.a.ip}
 	v.rw, _ = p.b.reg(t, 8192, allAcc)
 	v.ro, _ = p.b.reg(t, 8192, mr.LocalWrite)
 	v.recv, _ = p.b.reg(t, 8192, mr.LocalWrite)
@@ -33,7 +35,7 @@ func newVictimOpts(t *testing.T, o pairOpts) *victim {
 }
 
 func (v *victim) pkt(op wire.Opcode, psn uint32, payload int) *wire.Packet {
-	p := &wire.Packet{}
+	p := &wire.Packet{SrcIP: v.peer, DstIP: v.e.ip}
 	p.BTH = wire.BTH{Opcode: op, PKey: 0xFFFF, DestQPN: 0x12, PSN: psn, AckReq: true}
 	p.Payload = make([]byte, payload)
 	for i := range p.Payload {
@@ -370,4 +372,40 @@ func (v *victim) feedNone(t *testing.T) []wire.Packet {
 	v.e.out.committed = v.e.out.committed[:0]
 	v.e.out.free = len(v.e.out.pool)
 	return out
+}
+
+// TestCraftedWrongSource: an RC WRITE with the right QPN, PSN and rkey but
+// from another address than the connected peer's, or to another of this
+// host's addresses, is dropped without an answer and writes nothing (rxe's
+// check_addr); the same packet from the peer then lands and is ACKed.
+func TestCraftedWrongSource(t *testing.T) {
+	v := newVictim(t)
+	write := func() *wire.Packet {
+		p := v.pkt(wire.RCWriteOnly, 0x100, 64)
+		p.RETH = wire.RETH{VA: v.rw.Addr(), RKey: v.rw.RKey(), DMALen: 64}
+		return p
+	}
+	other := netip.MustParseAddr("203.0.113.9")
+	for _, c := range []struct {
+		name     string
+		src, dst netip.Addr
+	}{{"another source", other, v.e.ip}, {"another destination", v.peer, other}} {
+		p := write()
+		p.SrcIP, p.DstIP = c.src, c.dst
+		dropped := v.e.q.Stats().Get(CtrDropped)
+		if got := v.feed(t, p); len(got) != 0 {
+			t.Fatalf("%s: sent %v, want nothing", c.name, summary(got))
+		}
+		if !bytes.Equal(v.rw.Bytes()[:64], make([]byte, 64)) {
+			t.Fatalf("%s: the WRITE landed", c.name)
+		}
+		if d := v.e.q.Stats().Get(CtrDropped) - dropped; d != 1 {
+			t.Fatalf("%s: %d packets counted dropped, want 1", c.name, d)
+		}
+	}
+	got := v.feed(t, write())
+	expectOne(t, "WRITE from the peer", got, wire.ACKSyndrome(wire.UnlimitedCredits), 0x100)
+	if !bytes.Equal(v.rw.Bytes()[:64], bytes.Repeat([]byte{0xAB}, 64)) {
+		t.Fatal("the WRITE from the peer did not land")
+	}
 }

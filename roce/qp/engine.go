@@ -193,6 +193,14 @@ func setAddr(p *wire.Packet, av *AddressVector, sport uint16) {
 	p.BTH.PKey = 0xFFFF
 }
 
+// fromPeer reports whether an RC/UC packet came from the connected peer's
+// address to this side's (rxe's check_addr): a host that guessed the QPN
+// and PSN cannot inject into the connection from elsewhere.
+func (q *QP) fromPeer(p *wire.Packet) bool {
+	av := &q.e.attr.AV
+	return p.SrcIP.Unmap() == av.DstIP.Unmap() && p.DstIP.Unmap() == av.SrcIP.Unmap()
+}
+
 // Receive handles one received packet for this QP: p is decoded with its ICRC
 // checked and p.BTH.DestQPN == q.QPN(). Payload is copied out before Receive
 // returns. Frames Receive wants to send (ACKs, NAKs, READ responses) go out
@@ -214,6 +222,10 @@ func (q *QP) Receive(p *wire.Packet, now int64, out Output) {
 		return
 	}
 	if !ok || !transportMatches(q.typ, info.Transport, q.resp.sr.on) {
+		q.stats.inc(CtrDropped)
+		return
+	}
+	if (q.typ == RC || q.typ == UC) && !q.fromPeer(p) {
 		q.stats.inc(CtrDropped)
 		return
 	}

@@ -243,7 +243,9 @@ func (q *QP) PlaceAck(m *place.Msg, now int64, out Output) {
 		}
 	}
 	k := &x.pkt
-	*k = wire.Packet{}
+	// The daemon answered for the peer it checked: the ACK comes from the
+	// peer's address as the wire's would (Receive's address check).
+	*k = wire.Packet{SrcIP: q.e.attr.AV.DstIP, DstIP: q.e.attr.AV.SrcIP}
 	k.BTH.Opcode, k.BTH.PSN, k.BTH.DestQPN = wire.RCAck, m.PSN, q.qpn
 	k.AETH = wire.AETH{Syndrome: m.Syndrome, MSN: m.MSN}
 	q.Receive(k, now, out)
