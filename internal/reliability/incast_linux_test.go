@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,8 +51,12 @@ func runIncast(t *testing.T, bin, src string, size int64, want []byte, n int, rc
 	for i := range n {
 		m := s.Members[i+1]
 		run.pcaps[i] = filepath.Join(pdir, fmt.Sprintf("send%d.pcapng", i+1))
-		cmds[i] = m.NS.Command(ctx, bin, "send", "--dev", m.Name, "--link", "xsk", "--json", "--cc", cc,
-			"--capture", run.pcaps[i], "--name", fmt.Sprintf("f%d.bin", i+1), recv.IPv4.String(), src)
+		args := []string{"send", "--dev", m.Name, "--link", "xsk", "--json", "--cc", cc,
+			"--capture", run.pcaps[i], "--name", fmt.Sprintf("f%d.bin", i+1)}
+		// XDPROCE_INCAST_SEND_ARGS: more flags for every sender, for
+		// measuring (e.g. "--bdp 64KiB"); the assertions stay the same.
+		args = append(args, strings.Fields(os.Getenv("XDPROCE_INCAST_SEND_ARGS"))...)
+		cmds[i] = m.NS.Command(ctx, bin, append(args, recv.IPv4.String(), src)...)
 		cmds[i].Stdout, cmds[i].Stderr = &outs[i], &eouts[i]
 	}
 	start := time.Now()
