@@ -108,6 +108,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dump", "f", "--filter", "qpn=zz"}, `parse filter "qpn=zz"`},
 		{[]string{"dump", "f", "--filter"}, "flag needs an argument: -filter"},
 		{[]string{"bench", "write", "--bdp", "lots"}, `--bdp "lots": want a size such as 256KiB, or 0`},
+		{[]string{"gateway", "--node", "198.51.100.1", "--reliability", "fast"}, `--reliability "fast": want sr or gbn`},
+		{[]string{"gateway", "--node", "198.51.100.1", "--cc", "bbr"}, `--cc "bbr"`},
+		{[]string{"gateway", "--node", "198.51.100.1", "--bdp", "x"}, `--bdp "x"`},
 	}
 	for _, tt := range tests {
 		_, _, err := run(t, tt.args...)

@@ -56,6 +56,10 @@ write the node's directory with the gateway's credentials. Keep the default
 loopback address, or put the gateway behind something that authenticates;
 a non-loopback --listen is warned about at start-up.
 
+Between the gateway and the node, --reliability, --cc (--ecn, --dscp) and
+--bdp work as for send and get: selective repeat and DCQCN when the node
+agrees, go-back-N and none otherwise.
+
 Gateway prints one line per request on stdout (method, name, status, bytes,
 time) and runs until interrupted.
 
@@ -77,6 +81,10 @@ func setupGateway(fs *flag.FlagSet, env *Env) func(context.Context, []string) er
 	maxConns := fs.Int("max-conns", gateway.DefaultMaxConns, "requests served at once (each holds a 16 MiB staging buffer); more get 503")
 	var cf ctrlFlags
 	cf.register(fs, false)
+	var rf relFlag
+	rf.register(fs)
+	var ccf ccFlag
+	ccf.register(fs)
 	return func(ctx context.Context, args []string) error {
 		const cmd = "xdproce gateway"
 		if len(args) != 0 {
@@ -96,6 +104,15 @@ func setupGateway(fs *flag.FlagSet, env *Env) func(context.Context, []string) er
 		}
 		if *maxConns < 1 {
 			return usageErrorf(cmd, "--max-conns %d: want at least 1", *maxConns)
+		}
+		// The node's queue pairs: selective repeat and DCQCN when the node
+		// agrees (the defaults), as for send and get.
+		o := &xfer.Options{Log: env.Log}
+		if err := rf.apply(cmd, o); err != nil {
+			return err
+		}
+		if err := ccf.apply(cmd, o); err != nil {
+			return err
 		}
 		ccfg, err := cf.config(cmd)
 		if err != nil {
@@ -123,7 +140,7 @@ func setupGateway(fs *flag.FlagSet, env *Env) func(context.Context, []string) er
 		}
 		var mu sync.Mutex
 		g := &gateway.Gateway{Dev: dev.Device, Node: *node, Ctrl: ccfg, MaxConns: *maxConns,
-			Options: &xfer.Options{Log: env.Log},
+			Options: o,
 			Report: func(line string) {
 				mu.Lock()
 				defer mu.Unlock()
