@@ -168,6 +168,12 @@ func (p pair) run(t *testing.T, g *guest) {
 	} else {
 		*note += fmt.Sprintf(", capture verified (%d lines)", strings.Count(string(out), "\n"))
 	}
+	if n, err := standardOnly(capture); err != nil {
+		t.Errorf("%s: the capture shows a wire mode rxe does not know: %v", capture, err)
+		*note += ", NON-STANDARD frame"
+	} else if n == 0 {
+		t.Errorf("%s: no RoCE frame in the capture", capture)
+	}
 	if retried {
 		*note += " (second attempt: perftest clock calibration failed under TCG)"
 	}
