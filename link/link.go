@@ -55,6 +55,20 @@ func Nap(l Link, timeout time.Duration) error {
 	return l.Wait(timeout)
 }
 
+// A Splitter is a Link made of independent queues (link/xsk's MultiQueue:
+// one AF_XDP socket per rx queue, each with its own buffers) that can be
+// shared out among several goroutines. Split(n) returns n links, each
+// serving its share of the queues: its Receive, Alloc, Send, Free, Wait, Nap
+// and Wake touch only that share, so each part may be driven by a goroutine
+// of its own. The Splitter stays the owner: its Close closes every part, and
+// after Split only the parts are used for I/O. n must be between 1 and
+// Queues().
+type Splitter interface {
+	Link
+	Queues() int
+	Split(n int) ([]Link, error)
+}
+
 // Props describes a Link.
 type Props struct {
 	// Name says what carries the frames: "AF_XDP (native)", "AF_XDP

@@ -112,6 +112,15 @@ type Options struct {
 	// ContextSeed fixes the first keys of the OOO contexts (reproducible
 	// captures); 0 draws them from crypto/rand.
 	ContextSeed uint64
+	// Engines is the number of progress goroutines (0 and 1: one). More
+	// than one needs a link of several queues (AF_XDP on an interface with
+	// several rx queues: link.Splitter) and at most one engine per queue;
+	// NewDevice and Open fail otherwise (link/udp, link/shm, link/pipe,
+	// a single queue, Capture), rather than run one. Each engine receives
+	// and sends on its share of the queues and runs its share of the queue
+	// pairs (engines.go); CPUs, when given, pins engine i to CPUs[i mod
+	// len(CPUs)] alone.
+	Engines int
 }
 
 // DefaultRxCoalesce is the default of Options.RxCoalesce. The kernel adds
@@ -136,11 +145,16 @@ type Stats struct {
 	DropUnknownQPN uint64 // no queue pair with the destination QPN
 	TxNoBuffer     uint64 // a queue pair asked for a transmit buffer and none was free
 	TxErrors       uint64 // link Send failures (frames may be lost; the protocol retransmits)
-	RxErrors       uint64 // link Receive failures
-	Rounds         uint64 // engine rounds
-	Naps           uint64 // receive-coalescing sleeps (Options.RxCoalesce; waits on links that cannot nap)
-	Wakeups        uint64 // Wake calls on the link by doorbells
-	QPs            int    // queue pairs alive
+	// Frames an engine received for another engine's queue pair and handed
+	// to it (Options.Engines); rounds in which an engine held received
+	// frames because such an inbox was full; multicast frames dropped for
+	// a full inbox (handoff.go).
+	Handoffs, HandoffStalls, HandoffDrops uint64
+	RxErrors                              uint64 // link Receive failures
+	Rounds                                uint64 // engine rounds
+	Naps                                  uint64 // receive-coalescing sleeps (Options.RxCoalesce; waits on links that cannot nap)
+	Wakeups                               uint64 // Wake calls on the link by doorbells
+	QPs                                   int    // queue pairs alive
 	// Sums of the queue pairs' counters (roce/qp), destroyed ones included.
 	Retransmits uint64 // packets sent again (go-back-N, RNR, timeout)
 	Timeouts    uint64 // local ACK timeouts
@@ -219,10 +233,8 @@ type Device struct {
 	nextQPN   uint32
 	closed    bool
 
-	bell     atomic.Bool
-	sleeping atomic.Bool
-	readyMu  sync.Mutex
-	ready    []*qpEntry
+	engs []*engine    // the progress engines (engines.go)
+	live atomic.Int32 // engines running: the last to end closes done
 
 	closing   atomic.Bool
 	linkLost  atomic.Bool // the engine ended because the link did (see engine.run)
@@ -254,6 +266,7 @@ type statCounters struct {
 	txNoBuffer, txErrors, rxErrors                          atomic.Uint64
 	rounds, wakeups, naps                                   atomic.Uint64
 	delivered, txSent, txLost                               atomic.Uint64
+	handoffs, handDrops, handStalls                         atomic.Uint64
 }
 
 // firstQPN is the first QPN handed out, as rxe does (QP0 and QP1 are special).
@@ -339,11 +352,7 @@ func newDevice(l link.Link, opts *Options, ifname, reason string) (*Device, erro
 	d.port.up = true
 	d.events.init()
 	d.ifname, d.reason = ifname, reason
-	e := newEngine(d)
-	started := make(chan error, 1)
-	go e.run(started)
-	if err := <-started; err != nil {
-		<-d.done
+	if err := d.startEngines(); err != nil {
 		return nil, fmt.Errorf("new device: %w", err)
 	}
 	return d, nil
@@ -403,6 +412,7 @@ func (d *Device) Stats() Stats {
 		TxNoBuffer: s.txNoBuffer.Load(),
 		TxErrors:   s.txErrors.Load(), RxErrors: s.rxErrors.Load(),
 		Rounds: s.rounds.Load(), Wakeups: s.wakeups.Load(), Naps: s.naps.Load(),
+		Handoffs: s.handoffs.Load(), HandoffDrops: s.handDrops.Load(), HandoffStalls: s.handStalls.Load(),
 	}
 	d.mu.Lock()
 	st.QPs = len(d.qps)
@@ -420,42 +430,6 @@ func (d *Device) Stats() Stats {
 // now is the engine clock: monotonic nanoseconds, never 0.
 func (d *Device) now() int64 { return int64(time.Since(d.epoch)) + int64(time.Second) }
 
-// doorbell marks e runnable and wakes the engine if it sleeps.
-func (d *Device) doorbell(e *qpEntry) {
-	if e.queued.CompareAndSwap(false, true) {
-		d.readyMu.Lock()
-		d.ready = append(d.ready, e)
-		d.readyMu.Unlock()
-	}
-	d.bell.Store(true)
-	// Only the first doorbell after the engine went to sleep wakes it: the
-	// others find sleeping cleared and save the system call (an application
-	// posting a burst while the engine sleeps rang Wake once per post).
-	if d.sleeping.Load() && d.sleeping.CompareAndSwap(true, false) {
-		d.st.wakeups.Add(1)
-		d.l.Wake()
-	}
-}
-
-// sync returns once the engine has run a whole round after the call, so that
-// what was posted or modified before it has been processed. It returns at once
-// on a closed device.
-func (d *Device) sync() {
-	r := d.st.rounds.Load()
-	for d.st.rounds.Load() < r+2 {
-		// Ring and wake on every pass, not once: the round running at the
-		// call may consume the bell, and an idle engine then sleeps before
-		// the second round this waits for.
-		d.bell.Store(true)
-		d.l.Wake()
-		select {
-		case <-d.done:
-			return
-		case <-time.After(20 * time.Microsecond):
-		}
-	}
-}
-
 // Close stops the progress engine, moves every queue pair to the error state
 // (outstanding work requests complete with WR_FLUSH_ERR), closes the link and
 // releases what Open set up. It is idempotent; later calls return the first
@@ -470,9 +444,11 @@ func (d *Device) Close() error {
 		if d.cmAg != nil {
 			d.cmAg.close()
 		}
-		d.l.Wake()
+		for _, e := range d.engs {
+			e.l.Wake()
+		}
 		<-d.done
-		// The engine has stopped: this goroutine owns the queue pairs now.
+		// The engines have stopped: this goroutine owns the queue pairs now.
 		d.mu.Lock()
 		ents := make([]*qpEntry, 0, len(d.qps))
 		for _, e := range d.qps {
@@ -490,10 +466,12 @@ func (d *Device) Close() error {
 		// The Modify calls above rang doorbells that no engine will drain:
 		// drop the entries, or a closed Device still referenced by the
 		// application keeps every queue pair's memory.
-		d.readyMu.Lock()
-		clear(d.ready)
-		d.ready = nil
-		d.readyMu.Unlock()
+		for _, e := range d.engs {
+			e.readyMu.Lock()
+			clear(e.posted)
+			e.posted = nil
+			e.readyMu.Unlock()
+		}
 		var errs []error
 		if err := d.l.Close(); err != nil && !errors.Is(err, link.ErrClosed) {
 			errs = append(errs, fmt.Errorf("roce: close link: %w", err))

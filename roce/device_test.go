@@ -17,8 +17,25 @@ import (
 
 // TestDataPathNoAllocs: once warm, a post and its completion allocate
 // nothing anywhere in the process (both engines, both QPs, the pipe).
+//
+// Also with two engines per device over crossed pipe queues
+// (engines_test.go), where every frame is handed from one engine to the
+// other.
 func TestDataPathNoAllocs(t *testing.T) {
-	p, _, _ := newPipeDevices(t, pipe.Config{})
+	t.Run("one-engine", func(t *testing.T) {
+		p, _, _ := newPipeDevices(t, pipe.Config{})
+		runNoAllocs(t, p)
+	})
+	t.Run("two-engines-handoff", func(t *testing.T) {
+		p := newEnginePair(t, 2, true, roce.Options{})
+		runNoAllocs(t, p)
+		if st := p.b.Stats(); st.Handoffs == 0 {
+			t.Errorf("crossed queues: no handoffs")
+		}
+	})
+}
+
+func runNoAllocs(t *testing.T, p *devPair) {
 	x, y := connectRC(t, p, connCfg{})
 	for _, c := range []struct {
 		name string

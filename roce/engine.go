@@ -3,6 +3,8 @@ package roce
 import (
 	"errors"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdproce/xdproce/link"
@@ -11,11 +13,30 @@ import (
 	"github.com/xdproce/xdproce/roce/wire"
 )
 
-// engine is the progress goroutine's state. Everything here is owned by that
-// goroutine.
+// engine is a progress goroutine's state. A device has one, or
+// Options.Engines, each on its share of the link's queues with its share of
+// the queue pairs (engines.go). Everything here is owned by that goroutine
+// but the doorbell fields and the inboxes' writers' sides.
 type engine struct {
-	d *Device
-	l link.Link
+	d    *Device
+	l    link.Link // this engine's queues (the whole link when it is the only engine)
+	idx  int       // in Device.engs
+	cpus []int     // pinned to these (Options.CPUs; nil: not pinned)
+
+	// Doorbells: queue pairs with work posted, for the next round.
+	bell     atomic.Bool
+	sleeping atomic.Bool
+	readyMu  sync.Mutex
+	posted   []*qpEntry
+	rounds   atomic.Uint64 // rounds run (Device.sync)
+
+	// Frames other engines received for this one's queue pairs: inbox[j]
+	// from engine j (nil for this one and on a single-engine device).
+	inbox    []*handRing
+	wakeMask uint64        // engines handed frames in this batch (handoff.go)
+	held     [][]byte      // received frames not yet handled: an inbox was full
+	room     chan struct{} // poked when an inbox has room or frames came (awaitRoom)
+	stall    *time.Timer   // awaitRoom's (made at the first)
 
 	rx  [][]byte
 	pkt wire.Packet
@@ -32,23 +53,26 @@ type engine struct {
 	dropBadICRC, dropMalformed, dropNotRoCE, dropUnknownQPN uint64
 	rxErrors                                                uint64
 	naps                                                    uint64
+	handoffs, handDrops, handStalls                         uint64
 }
 
 // Timeout of one Wait when transmit buffers ran out: the link frees them as
 // frames leave.
 const starvedWait = 50 * time.Microsecond
 
-func newEngine(d *Device) *engine {
+func newEngine(d *Device, l link.Link, idx int) *engine {
 	e := &engine{
 		d:      d,
-		l:      d.l,
+		l:      l,
+		idx:    idx,
 		rx:     make([][]byte, d.opts.RxBatch),
 		work:   make([]*qpEntry, 0, 64),
 		again:  make([]*qpEntry, 0, 64),
 		ready:  make([]*qpEntry, 0, 64),
 		timers: make(timerHeap, 0, 64),
+		room:   make(chan struct{}, 1),
 	}
-	e.tx.init(d.l, 64)
+	e.tx.init(l, 64)
 	return e
 }
 
@@ -65,16 +89,20 @@ func (e *engine) run(started chan<- error) {
 			go d.Close()
 		}
 	}()
-	defer close(d.done)
+	defer func() {
+		if d.live.Add(-1) == 0 {
+			close(d.done)
+		}
+	}()
 	defer e.tx.release()
-	if len(d.opts.CPUs) > 0 {
+	if len(e.cpus) > 0 {
 		// Locked and never unlocked: the runtime ends the thread with
 		// the goroutine instead of reusing it. When the goroutine ran on
 		// the main thread, which cannot end, the runtime parks that for
 		// good instead: restore runs first, so neither keeps the
 		// narrowed mask.
 		runtime.LockOSThread()
-		restore, err := pinThread(d.opts.CPUs)
+		restore, err := pinThread(e.cpus)
 		if err != nil {
 			started <- err
 			return
@@ -89,9 +117,16 @@ func (e *engine) run(started chan<- error) {
 		coalesce = 0
 	}
 	var active int64 // time of the last round that did something
+	multi := len(d.engs) > 1
 	for !d.closing.Load() {
 		now := d.now()
-		n, err := e.l.Receive(e.rx)
+		var n int
+		var err error
+		if multi {
+			n, err = e.receiveMulti(now) // handoff.go
+		} else {
+			n, err = e.l.Receive(e.rx)
+		}
 		if err != nil {
 			if errors.Is(err, link.ErrClosed) {
 				return
@@ -99,8 +134,10 @@ func (e *engine) run(started chan<- error) {
 			e.rxErrors++
 			n = 0
 		}
-		for i := 0; i < n; i++ {
-			e.input(e.rx[i], now)
+		if !multi {
+			for i := 0; i < n; i++ {
+				e.inputOwn(e.rx[i], now, false)
+			}
 		}
 		e.collect(now)
 		if n > 0 || len(e.work) > 0 {
@@ -126,9 +163,16 @@ func (e *engine) run(started chan<- error) {
 		}
 		e.work = e.work[:0]
 		e.tx.endRound()
+		if multi {
+			e.releaseHanded()
+		}
 		sent := e.tx.frames
 		e.publish()
 		spin.round(now, n, sent)
+		if len(e.held) > 0 {
+			e.awaitRoom() // handoff.go
+			continue
+		}
 		if err == nil && n == len(e.rx) {
 			continue // more frames are waiting
 		}
@@ -155,9 +199,9 @@ func (e *engine) run(started chan<- error) {
 				timeout = t
 			}
 		}
-		d.sleeping.Store(true)
-		if d.bell.Load() || d.closing.Load() {
-			d.sleeping.Store(false)
+		e.sleeping.Store(true)
+		if e.bell.Load() || d.closing.Load() || multi && e.handedPending() {
+			e.sleeping.Store(false)
 			continue
 		}
 		var werr error
@@ -167,7 +211,7 @@ func (e *engine) run(started chan<- error) {
 		} else {
 			werr = e.l.Wait(timeout)
 		}
-		d.sleeping.Store(false)
+		e.sleeping.Store(false)
 		if werr != nil && errors.Is(werr, link.ErrClosed) {
 			return
 		}
@@ -178,16 +222,15 @@ func (e *engine) run(started chan<- error) {
 // frames: those starved last round, those whose doorbell rang, those whose
 // timer is due.
 func (e *engine) collect(now int64) {
-	d := e.d
 	for i, q := range e.again {
 		e.again[i] = nil
 		e.schedule(q)
 	}
 	e.again = e.again[:0]
-	if d.bell.Swap(false) {
-		d.readyMu.Lock()
-		e.ready, d.ready = d.ready, e.ready[:0]
-		d.readyMu.Unlock()
+	if e.bell.Swap(false) {
+		e.readyMu.Lock()
+		e.ready, e.posted = e.posted, e.ready[:0]
+		e.readyMu.Unlock()
 		for i, q := range e.ready {
 			e.ready[i] = nil
 			q.queued.Store(false)
@@ -231,9 +274,36 @@ func (e *engine) schedule(q *qpEntry) {
 // ICRC is dropped and counted: links that rebuild headers
 // (link.Props.SyntheticHeaders) put the sender's IPv4 Identification back
 // themselves (link/udp recovers it from the ICRC).
-func (e *engine) input(frame []byte, now int64) {
-	e.rxFrames++
-	e.rxBytes += uint64(len(frame))
+//
+// On a device of several engines input hands a frame for another engine's
+// queue pair over to it before decoding it (the owner checks it); inputOwn
+// is the rest, and all of it on a device of one engine.
+//
+// input reports false, having done nothing, when the frame's engine has no
+// room for it: the caller keeps it for a later round.
+func (e *engine) input(frame []byte, now int64) bool {
+	if n, ok := wire.PeekDestQPN(frame); ok && n != MulticastQPN {
+		if q := e.d.lookup(n); q != nil && q.eng != e {
+			if !e.handoff(q.eng, frame) {
+				return false
+			}
+			e.rxFrames++
+			e.rxBytes += uint64(len(frame))
+			return true
+		}
+	}
+	e.inputOwn(frame, now, false)
+	return true
+}
+
+// inputOwn is input for a frame whose queue pair is this engine's, or
+// none's; handed says another engine received it (handoff.go): it was
+// counted there, and goes to no other engine.
+func (e *engine) inputOwn(frame []byte, now int64, handed bool) {
+	if !handed {
+		e.rxFrames++
+		e.rxBytes += uint64(len(frame))
+	}
 	if e.d.shared != nil && place.Is(frame) {
 		e.placeInput(frame, now) // place.go
 		return
@@ -260,11 +330,13 @@ func (e *engine) input(frame []byte, now int64) {
 		}
 	}
 	q := e.d.lookup(p.BTH.DestQPN)
-	if q == nil || q.dead.Load() {
+	if q == nil || q.dead.Load() || q.eng != e {
 		if p.BTH.DestQPN == MulticastQPN { // never a queue pair's (mcast.go)
-			e.multicast(p, now)
+			e.multicast(frame, p, now, handed)
 			return
 		}
+		// Another engine's only for a handed frame whose QPN changed
+		// hands since (destroyed and made again): not handed twice.
 		e.dropUnknownQPN++
 		return
 	}
@@ -305,6 +377,13 @@ func (e *engine) deliver(q *qpEntry, p *wire.Packet, now int64) {
 func (e *engine) publish() {
 	s := &e.d.st
 	s.rounds.Add(1)
+	e.rounds.Add(1)
+	if e.handoffs|e.handDrops|e.handStalls != 0 {
+		s.handoffs.Add(e.handoffs)
+		s.handDrops.Add(e.handDrops)
+		s.handStalls.Add(e.handStalls)
+		e.handoffs, e.handDrops, e.handStalls = 0, 0, 0
+	}
 	if e.naps != 0 {
 		s.naps.Add(e.naps)
 		e.naps = 0

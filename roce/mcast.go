@@ -2,6 +2,7 @@ package roce
 
 import (
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"slices"
@@ -78,11 +79,15 @@ func (t *groupRoutes) drop(e *qpEntry) {
 	t.remove(func(r groupRoute) bool { return r.e == e })
 }
 
-// multicast delivers a frame sent to MulticastQPN.
-func (e *engine) multicast(p *wire.Packet, now int64) {
+// multicast delivers a frame sent to MulticastQPN (decoded in p) to the
+// queue pairs of its group. Those of other engines get it handed over
+// (handoff.go), once per engine, unless it was handed to this one (handed):
+// then it goes to this engine's alone.
+func (e *engine) multicast(frame []byte, p *wire.Packet, now int64, handed bool) {
 	info, _ := p.BTH.Opcode.Info()
 	dst := p.DstIP.Unmap()
 	taken := false
+	var others uint64 // engines to hand the frame to
 	for _, r := range e.d.groups.routes() {
 		if r.e.dead.Load() {
 			continue
@@ -91,12 +96,33 @@ func (e *engine) multicast(p *wire.Packet, now int64) {
 			if r.group.IsValid() || !r.e.q.HasGroupContext(p.XRH.Ctx, dst) {
 				continue
 			}
-			e.deliver(r.e, p, now)
+			switch {
+			case r.e.eng == e:
+				e.deliver(r.e, p, now)
+			case !handed:
+				if !e.handoff(r.e.eng, frame) {
+					e.handDrops++
+				}
+			default:
+				e.dropUnknownQPN++
+			}
 			return // a group context belongs to one queue pair
 		}
 		if r.group == dst && r.e.q.Type() == qp.UD {
+			if r.e.eng != e {
+				if !handed {
+					others |= 1 << r.e.eng.idx
+					taken = true
+				}
+				continue
+			}
 			e.deliver(r.e, p, now)
 			taken = true
+		}
+	}
+	for ; others != 0; others &= others - 1 {
+		if !e.handoff(e.d.engs[bits.TrailingZeros64(others)], frame) {
+			e.handDrops++
 		}
 	}
 	if !taken {

@@ -17,6 +17,7 @@ type qpChunk [4096]atomic.Pointer[qpEntry]
 type qpEntry struct {
 	q      *qp.QP
 	qpn    uint32
+	eng    *engine     // the engine that runs it (Device.engineFor)
 	queued atomic.Bool // on the ready list
 	dead   atomic.Bool // destroyed
 	sr     atomic.Bool // connected with selective repeat once (counted in srQPs)
@@ -87,7 +88,7 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 	if q.Type() == qp.OOO {
 		d.oooQPs.Add(1)
 	}
-	e := &qpEntry{q: q, qpn: n}
+	e := &qpEntry{q: q, qpn: n, eng: d.engineFor(n, q.Type())}
 	e.ring = func() { d.doorbell(e) }
 	q.SetDoorbell(e.ring)
 	d.qps[n] = e

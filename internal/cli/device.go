@@ -141,6 +141,7 @@ type deviceFlags struct {
 	capture  string
 	cpu      cpuFlag
 	busyPoll busyPollFlag
+	engines  int
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
@@ -151,6 +152,7 @@ func (d *deviceFlags) register(fs *flag.FlagSet, needDev bool) {
 	fs.StringVar(&d.daemon, "daemon", "", "attach to the xdproce daemon listening on `PATH` (default $XDPROCE_DAEMON, else the one serving --dev)")
 	fs.StringVar(&d.capture, "capture", "", "write every RoCE frame sent and received to `FILE` (pcapng; read it with 'xdproce dump' or Wireshark)")
 	fs.Var(&d.busyPoll, "busy-poll", "poll the link instead of sleeping: 0 (never: sleep when idle, the default), auto (spin briefly after sending, tuned from recent round trips, and while frames flow) or a `DURATION` after the last activity (e.g. 50us)")
+	fs.IntVar(&d.engines, "engines", 1, "progress threads: `N` engines, each receiving and sending on its share of the interface's rx queues and running its share of the queue pairs (AF_XDP with at least N queues; other links refuse more than 1)")
 	fs.Var(&d.cpu, "cpu", "pin the device's progress thread to the CPUs in `LIST` (e.g. 3 or 2-3): a CPU of its own speeds up transfers; default: unpinned")
 }
 
@@ -175,7 +177,7 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 		return nil, fmt.Errorf("unknown interface %q (see 'ip link' or 'xdproce info')", d.dev)
 	}
 	out := &device{}
-	o := &roce.Options{Link: d.link.kind, Daemon: d.daemon, CPUs: d.cpu.cpus, BusyPoll: d.busyPoll.value()}
+	o := &roce.Options{Link: d.link.kind, Daemon: d.daemon, CPUs: d.cpu.cpus, BusyPoll: d.busyPoll.value(), Engines: d.engines}
 	if d.daemon != "" && d.link.kind == roce.LinkAuto {
 		o.Link = roce.LinkDaemon
 	}

@@ -17,10 +17,14 @@ import (
 // (and link.Napper): Receive drains every socket in turn, starting one
 // socket further at each call; transmit buffers come from and go out through
 // the first socket; Wait polls all sockets and a wake eventfd. It owns the
-// sockets: Close closes them. The concurrency rules are a Socket's.
+// sockets: Close closes them. The concurrency rules are a Socket's. Split
+// shares the sockets out among several goroutines (link.Splitter).
 type MultiQueue struct {
 	socks []*Socket
 	next  int // socket Receive starts with
+
+	owner bool          // closes socks (false: a part made by Split, which closes only its eventfd)
+	parts []*MultiQueue // parts of more than one socket made by Split: closed with m
 
 	efd     int
 	pfds    []unix.PollFd
@@ -33,8 +37,8 @@ type MultiQueue struct {
 }
 
 var (
-	_ link.Link   = (*MultiQueue)(nil)
-	_ link.Napper = (*MultiQueue)(nil)
+	_ link.Splitter = (*MultiQueue)(nil)
+	_ link.Napper   = (*MultiQueue)(nil)
 )
 
 // NewMultiQueue joins socks (at least two; see Device.Link for any number)
@@ -43,6 +47,15 @@ func NewMultiQueue(socks []*Socket) (*MultiQueue, error) {
 	if len(socks) < 2 {
 		return nil, fmt.Errorf("xsk: multi-queue link of %d sockets (want 2 or more)", len(socks))
 	}
+	m, err := newMultiQueue(socks)
+	if err != nil {
+		return nil, err
+	}
+	m.owner = true
+	return m, nil
+}
+
+func newMultiQueue(socks []*Socket) (*MultiQueue, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("xsk: multi-queue link: %w", os.NewSyscallError("eventfd", err))
@@ -57,6 +70,39 @@ func NewMultiQueue(socks []*Socket) (*MultiQueue, error) {
 	}
 	m.pfds = append(m.pfds, unix.PollFd{Fd: int32(efd), Events: unix.POLLIN})
 	return m, nil
+}
+
+// Queues is the number of sockets (link.Splitter).
+func (m *MultiQueue) Queues() int { return len(m.socks) }
+
+// Split shares the sockets out among n links (link.Splitter): part j has
+// the sockets j, j+n, j+2n, ... in m's order, as the Socket itself when it
+// is one, else as a MultiQueue over them (whose Alloc and Send use its first
+// socket). m stays the sockets' owner: its Close closes the parts.
+func (m *MultiQueue) Split(n int) ([]link.Link, error) {
+	if !m.owner || n < 1 || n > len(m.socks) {
+		return nil, fmt.Errorf("xsk: split %d sockets into %d parts", len(m.socks), n)
+	}
+	parts := make([]link.Link, n)
+	for j := range n {
+		var socks []*Socket
+		for i := j; i < len(m.socks); i += n {
+			socks = append(socks, m.socks[i])
+		}
+		if len(socks) == 1 {
+			parts[j] = socks[0]
+			continue
+		}
+		p, err := newMultiQueue(socks)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		m.parts = append(m.parts, p)
+		m.mu.Unlock()
+		parts[j] = p
+	}
+	return parts, nil
 }
 
 // Receive takes frames from every socket in turn until frames is full.
@@ -147,7 +193,8 @@ func (m *MultiQueue) Wake() {
 }
 
 // Close closes every socket, after waking and waiting for a running Wait or
-// Nap. Later calls return link.ErrClosed.
+// Nap (its own and those of the parts Split made). Later calls return
+// link.ErrClosed. A part's Close closes its eventfd alone.
 func (m *MultiQueue) Close() error {
 	err := link.ErrClosed
 	m.closeMu.Do(func() {
@@ -155,7 +202,13 @@ func (m *MultiQueue) Close() error {
 		unix.Write(m.efd, m.one[:])
 		m.mu.Lock()
 		var errs []error
+		for _, p := range m.parts {
+			p.Close()
+		}
 		for _, s := range m.socks {
+			if !m.owner {
+				break
+			}
 			if e := s.Close(); e != nil {
 				errs = append(errs, e)
 			}

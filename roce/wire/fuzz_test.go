@@ -44,6 +44,9 @@ func FuzzDecode(f *testing.F) {
 		if perr := p.DecodeWith(data, acceptVendor); perr != err {
 			t.Fatalf("Decode: %v, then %v", err, perr)
 		}
+		if qpn, ok := wire.PeekDestQPN(data); err == nil && (!ok || qpn != p.BTH.DestQPN) {
+			t.Fatalf("decoded QPN %#x, PeekDestQPN %#x %v", p.BTH.DestQPN, qpn, ok)
+		}
 		if _, cerr := wire.ComputeICRC(data); err == nil && cerr != nil {
 			t.Fatalf("Decode ok but ComputeICRC: %v", cerr)
 		}
