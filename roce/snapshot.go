@@ -220,6 +220,9 @@ func (d *Device) Snapshot(perQP bool) *Snapshot {
 	add("engine_rounds", s.rounds.Load())
 	add("engine_naps", s.naps.Load())
 	add("engine_wakeups", s.wakeups.Load())
+	add("engine_handoffs", s.handoffs.Load())
+	add("engine_handoff_stalls", s.handStalls.Load())
+	add("engine_handoff_drops", s.handDrops.Load())
 	snap.Counters = cs
 	if d.xdpCounters != nil {
 		xdp, err := d.xdpCounters()
