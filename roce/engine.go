@@ -30,6 +30,11 @@ type engine struct {
 	posted   []*qpEntry
 	rounds   atomic.Uint64 // rounds run (Device.sync)
 
+	// Queue pairs to hand to another engine (Device.settle).
+	moveMu      sync.Mutex
+	moves       []qpMove
+	movePending atomic.Bool
+
 	// Frames other engines received for this one's queue pairs: inbox[j]
 	// from engine j (nil for this one and on a single-engine device).
 	inbox    []*handRing
@@ -120,6 +125,9 @@ func (e *engine) run(started chan<- error) {
 	multi := len(d.engs) > 1
 	for !d.closing.Load() {
 		now := d.now()
+		if e.movePending.Load() {
+			e.applyMoves() // engines.go
+		}
 		var n int
 		var err error
 		if multi {
@@ -224,6 +232,10 @@ func (e *engine) run(started chan<- error) {
 func (e *engine) collect(now int64) {
 	for i, q := range e.again {
 		e.again[i] = nil
+		if q.eng.Load() != e {
+			e.d.doorbell(q) // moved since (engines.go)
+			continue
+		}
 		e.schedule(q)
 	}
 	e.again = e.again[:0]
@@ -234,6 +246,10 @@ func (e *engine) collect(now int64) {
 		for i, q := range e.ready {
 			e.ready[i] = nil
 			q.queued.Store(false)
+			if q.eng.Load() != e {
+				e.d.doorbell(q) // moved since it rang (engines.go)
+				continue
+			}
 			e.schedule(q)
 		}
 		e.ready = e.ready[:0]
@@ -241,7 +257,7 @@ func (e *engine) collect(now int64) {
 	for len(e.timers) > 0 && e.timers[0].at <= now {
 		t := e.timers.pop()
 		q := t.e
-		if q.heapAt != t.at {
+		if q.eng.Load() != e || q.heapAt != t.at {
 			continue // superseded by an earlier element
 		}
 		q.heapAt = 0
@@ -283,8 +299,8 @@ func (e *engine) schedule(q *qpEntry) {
 // room for it: the caller keeps it for a later round.
 func (e *engine) input(frame []byte, now int64) bool {
 	if n, ok := wire.PeekDestQPN(frame); ok && n != MulticastQPN {
-		if q := e.d.lookup(n); q != nil && q.eng != e {
-			if !e.handoff(q.eng, frame) {
+		if q := e.d.lookup(n); q != nil && q.eng.Load() != e {
+			if !e.handoff(q.eng.Load(), frame) {
 				return false
 			}
 			e.rxFrames++
@@ -330,13 +346,14 @@ func (e *engine) inputOwn(frame []byte, now int64, handed bool) {
 		}
 	}
 	q := e.d.lookup(p.BTH.DestQPN)
-	if q == nil || q.dead.Load() || q.eng != e {
+	if q == nil || q.dead.Load() || q.eng.Load() != e {
 		if p.BTH.DestQPN == MulticastQPN { // never a queue pair's (mcast.go)
 			e.multicast(frame, p, now, handed)
 			return
 		}
-		// Another engine's only for a handed frame whose QPN changed
-		// hands since (destroyed and made again): not handed twice.
+		// Another engine's only for a handed frame whose queue pair
+		// changed engines since (moved when it connected, or destroyed
+		// and made again): not handed twice.
 		e.dropUnknownQPN++
 		return
 	}

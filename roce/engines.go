@@ -92,12 +92,10 @@ func (d *Device) splitLink(n int) ([]link.Link, error) {
 	return s.Split(n)
 }
 
-// engineFor is the engine that runs queue pair qpn of type t: engine qpn
-// mod the number of engines, but engine 0 for OOO queue pairs, whose
-// contexts come from one pool per device. Two xdproce devices with as many
-// engines whose queue pairs pair up by QPN modulo that number need no
-// handoff where the wire keeps the queue index (veth: what an AF_XDP socket
-// sends on queue k arrives on the peer's queue k).
+// engineFor is the engine that runs a new queue pair qpn of type t: engine
+// qpn mod the number of engines, but engine 0 for OOO queue pairs, whose
+// contexts come from one pool per device. An RC or UC queue pair moves when
+// it connects (settle).
 func (d *Device) engineFor(qpn uint32, t qp.Type) *engine {
 	if len(d.engs) == 1 || t == qp.OOO {
 		return d.engs[0]
@@ -105,9 +103,68 @@ func (d *Device) engineFor(qpn uint32, t qp.Type) *engine {
 	return d.engs[qpn%uint32(len(d.engs))]
 }
 
+// qpMove asks an engine to hand queue pair q to engine to.
+type qpMove struct {
+	q    *qpEntry
+	to   *engine
+	done chan struct{}
+}
+
+// settle moves an RC or UC queue pair that is about to connect (to RTR) to
+// remote QPN r onto engine (its QPN + r) mod the number of engines: both
+// ends compute the same index, so two devices of as many engines run a
+// connection on the same engine index whatever QPNs they drew, and where
+// the wire keeps the queue index (veth: what an AF_XDP socket sends on
+// queue k arrives on the peer's queue k) no frame of it changes engines.
+// The engine running it makes the move at the start of a round (applyMoves);
+// settle returns once it has.
+func (d *Device) settle(q *qpEntry, r uint32) {
+	n := uint32(len(d.engs))
+	if n == 1 || (q.q.Type() != qp.RC && q.q.Type() != qp.UC) {
+		return
+	}
+	to, from := d.engs[(q.qpn+r)%n], q.eng.Load()
+	if to == from {
+		return
+	}
+	m := qpMove{q: q, to: to, done: make(chan struct{})}
+	from.moveMu.Lock()
+	from.moves = append(from.moves, m)
+	from.moveMu.Unlock()
+	from.movePending.Store(true)
+	from.bell.Store(true)
+	from.l.Wake()
+	from.poke()
+	select {
+	case <-m.done:
+	case <-d.done:
+	}
+}
+
+// applyMoves hands the queue pairs settle asked for to their new engines.
+// A queue pair's element in this engine's timer heap stays behind and is
+// skipped when it comes up (collect); its doorbell on this engine's list is
+// passed on; the new engine runs it once (a doorbell), which arms its
+// timers there.
+func (e *engine) applyMoves() {
+	e.movePending.Store(false)
+	e.moveMu.Lock()
+	ms := e.moves
+	e.moves = nil
+	e.moveMu.Unlock()
+	for _, m := range ms {
+		if q := m.q; q.eng.Load() == e {
+			q.heapAt, q.deadline, q.touched = 0, 0, false
+			q.eng.Store(m.to)
+			e.d.doorbell(q)
+		}
+		close(m.done)
+	}
+}
+
 // doorbell marks q runnable and wakes its engine if it sleeps.
 func (d *Device) doorbell(q *qpEntry) {
-	e := q.eng
+	e := q.eng.Load()
 	if q.queued.CompareAndSwap(false, true) {
 		e.readyMu.Lock()
 		e.posted = append(e.posted, q)

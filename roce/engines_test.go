@@ -84,9 +84,10 @@ func newEnginePair(t *testing.T, n int, crossed bool, o roce.Options) *devPair {
 
 // TestEnginesPipe: devices of two engines over two pipe queues run every RC
 // operation, UD and a mixed load on eight queue pairs byte-exact. With the
-// queues joined straight and queue pairs pairing up by QPN, no frame changes
-// engines; crossed, every one is handed over (and each queue pair's
-// completions still come in order: runMixed checks them).
+// queues joined straight, no frame changes engines (connections settle on
+// the same engine at both ends, UD queue pairs have equal QPNs); crossed,
+// every one is handed over (and each queue pair's completions still come in
+// order: runMixed checks them).
 func TestEnginesPipe(t *testing.T) {
 	for _, crossed := range []bool{false, true} {
 		name := "straight"
@@ -113,18 +114,49 @@ func TestEnginesPipe(t *testing.T) {
 	}
 }
 
-// runEngineLoad runs every RC operation, UD and a mixed load of total
+// runEngineLoad runs UD, then every RC operation and a mixed load of total
 // bytes on nQP queue pairs between p's devices, and returns their
-// counters.
+// counters. Before the RC part it makes b's QPNs one ahead of a's
+// (skipQPN), so that the connections settle on engine 1 of 2 (odd sums of
+// QPNs), while the UD queue pairs, which stay on engine QPN mod 2, have
+// equal QPNs at both ends.
 func runEngineLoad(t *testing.T, p *devPair, total int64, nQP int) (sa, sb roce.Stats) {
 	t.Helper()
-	runOperations(t, p)
 	runUD(t, p)
+	skipQPN(t, p.b)
+	runOperations(t, p)
 	runMixed(t, p, total, nQP)
 	sa, sb = p.a.Stats(), p.b.Stats()
 	t.Logf("handoffs %d + %d (stalls %d + %d) of %d + %d frames", sa.Handoffs, sb.Handoffs,
 		sa.HandoffStalls, sb.HandoffStalls, sa.RxFrames, sb.RxFrames)
 	return sa, sb
+}
+
+// TestEnginesSettle: with b's QPNs one ahead of a's (a queue pair made on
+// b first), each connection's queue pairs start on different engines (QPN
+// mod 2) but move when they connect to engine (local + remote QPN) mod 2,
+// the same at both ends: over straight queues no RC frame changes engines.
+func TestEnginesSettle(t *testing.T) {
+	p := newEnginePair(t, 2, false, roce.Options{})
+	skipQPN(t, p.b)
+	runOperations(t, p)
+	runMixed(t, p, 2<<20, 4)
+	sa, sb := p.a.Stats(), p.b.Stats()
+	if sa.Handoffs+sb.Handoffs != 0 {
+		t.Errorf("connected queue pairs: %d + %d handoffs, want none", sa.Handoffs, sb.Handoffs)
+	}
+}
+
+// skipQPN makes a queue pair on d, so that d's next QPNs are one ahead.
+func skipQPN(t *testing.T, d *roce.Device) {
+	t.Helper()
+	cq, err := d.CreateCQ(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.AllocPD().CreateQP(roce.QPConfig{Type: roce.RC, SendCQ: cq, RecvCQ: cq}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestEnginesFullInbox: with inboxes of 8 frames and queues crossed, the

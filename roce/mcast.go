@@ -97,10 +97,10 @@ func (e *engine) multicast(frame []byte, p *wire.Packet, now int64, handed bool)
 				continue
 			}
 			switch {
-			case r.e.eng == e:
+			case r.e.eng.Load() == e:
 				e.deliver(r.e, p, now)
 			case !handed:
-				if !e.handoff(r.e.eng, frame) {
+				if !e.handoff(r.e.eng.Load(), frame) {
 					e.handDrops++
 				}
 			default:
@@ -109,9 +109,9 @@ func (e *engine) multicast(frame []byte, p *wire.Packet, now int64, handed bool)
 			return // a group context belongs to one queue pair
 		}
 		if r.group == dst && r.e.q.Type() == qp.UD {
-			if r.e.eng != e {
+			if r.e.eng.Load() != e {
 				if !handed {
-					others |= 1 << r.e.eng.idx
+					others |= 1 << r.e.eng.Load().idx
 					taken = true
 				}
 				continue

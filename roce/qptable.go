@@ -17,10 +17,10 @@ type qpChunk [4096]atomic.Pointer[qpEntry]
 type qpEntry struct {
 	q      *qp.QP
 	qpn    uint32
-	eng    *engine     // the engine that runs it (Device.engineFor)
-	queued atomic.Bool // on the ready list
-	dead   atomic.Bool // destroyed
-	sr     atomic.Bool // connected with selective repeat once (counted in srQPs)
+	eng    atomic.Pointer[engine] // the engine that runs it (Device.engineFor, Device.settle)
+	queued atomic.Bool            // on the ready list
+	dead   atomic.Bool            // destroyed
+	sr     atomic.Bool            // connected with selective repeat once (counted in srQPs)
 
 	// Owned by the engine goroutine.
 	touched  bool  // on this round's work list
@@ -88,7 +88,8 @@ func (d *Device) addQP(want uint32, mk func(qpn uint32) (*qp.QP, error)) (*qpEnt
 	if q.Type() == qp.OOO {
 		d.oooQPs.Add(1)
 	}
-	e := &qpEntry{q: q, qpn: n, eng: d.engineFor(n, q.Type())}
+	e := &qpEntry{q: q, qpn: n}
+	e.eng.Store(d.engineFor(n, q.Type()))
 	e.ring = func() { d.doorbell(e) }
 	q.SetDoorbell(e.ring)
 	d.qps[n] = e

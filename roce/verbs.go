@@ -172,6 +172,9 @@ func (q *QP) modify(attr *Attr, mask AttrMask) error {
 	if mask&qp.AttrAV != 0 && q.typ == RC && q.d.shared != nil {
 		q.q.SetPlacer(q.d.placerFor(attr.AV.DstIP)) // place.go
 	}
+	if mask&(qp.AttrState|qp.AttrDestQPN) == qp.AttrState|qp.AttrDestQPN && attr.State == qp.RTR {
+		q.d.settle(q.e, attr.DestQPN) // engines.go
+	}
 	if err := q.modifyConn(attr, mask, func() error { return q.q.Modify(attr, mask) }); err != nil {
 		return err // connreg.go
 	}
