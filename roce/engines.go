@@ -111,19 +111,21 @@ type qpMove struct {
 }
 
 // settle moves an RC or UC queue pair that is about to connect (to RTR) to
-// remote QPN r onto engine (its QPN + r) mod the number of engines: both
+// remote QPN r onto engine min(its QPN, r) mod the number of engines: both
 // ends compute the same index, so two devices of as many engines run a
 // connection on the same engine index whatever QPNs they drew, and where
 // the wire keeps the queue index (veth: what an AF_XDP socket sends on
 // queue k arrives on the peer's queue k) no frame of it changes engines.
-// The engine running it makes the move at the start of a round (applyMoves);
-// settle returns once it has.
+// (The smaller QPN rather than the sum: two ends that allocate QPNs alike
+// connect equal QPNs, whose sums are all even.) The engine running it
+// makes the move at the start of a round (applyMoves); settle returns once
+// it has.
 func (d *Device) settle(q *qpEntry, r uint32) {
 	n := uint32(len(d.engs))
 	if n == 1 || (q.q.Type() != qp.RC && q.q.Type() != qp.UC) {
 		return
 	}
-	to, from := d.engs[(q.qpn+r)%n], q.eng.Load()
+	to, from := d.engs[min(q.qpn, r)%n], q.eng.Load()
 	if to == from {
 		return
 	}

@@ -117,9 +117,10 @@ func TestEnginesPipe(t *testing.T) {
 // runEngineLoad runs UD, then every RC operation and a mixed load of total
 // bytes on nQP queue pairs between p's devices, and returns their
 // counters. Before the RC part it makes b's QPNs one ahead of a's
-// (skipQPN), so that the connections settle on engine 1 of 2 (odd sums of
-// QPNs), while the UD queue pairs, which stay on engine QPN mod 2, have
-// equal QPNs at both ends.
+// (skipQPN): each connection's queue pairs start on different engines and
+// settle on the same one (engine min(QPNs) mod 2, both engines in turn),
+// while the UD queue pairs, which stay on engine QPN mod 2, have equal
+// QPNs at both ends.
 func runEngineLoad(t *testing.T, p *devPair, total int64, nQP int) (sa, sb roce.Stats) {
 	t.Helper()
 	runUD(t, p)
@@ -134,7 +135,7 @@ func runEngineLoad(t *testing.T, p *devPair, total int64, nQP int) (sa, sb roce.
 
 // TestEnginesSettle: with b's QPNs one ahead of a's (a queue pair made on
 // b first), each connection's queue pairs start on different engines (QPN
-// mod 2) but move when they connect to engine (local + remote QPN) mod 2,
+// mod 2) but move when they connect to engine min(local, remote QPN) mod 2,
 // the same at both ends: over straight queues no RC frame changes engines.
 func TestEnginesSettle(t *testing.T) {
 	p := newEnginePair(t, 2, false, roce.Options{})

@@ -10,12 +10,12 @@ import (
 // TestPrivilegedXSKEngines: two devices of two engines each over AF_XDP on
 // a veth pair of two queues, native and generic XDP: UD, every RC operation
 // and a mixed load on four queue pairs, byte-exact with completions in
-// order per queue pair; the connections settle on engine 1 at both ends
-// (runEngineLoad). With native XDP, veth delivers what an AF_XDP socket
-// sends on queue 1 to the peer's XDP program on queue 1, so no frame
+// order per queue pair; each connection settles on the same engine at both
+// ends (runEngineLoad). With native XDP, veth delivers what an AF_XDP
+// socket sends on queue k to the peer's XDP program on queue k, so no frame
 // changes engines; with generic XDP the program sees every frame on queue
-// 0 (measured: all are handed over to engine 1), so both ends hand frames
-// over. Then a device of one engine (which sends everything on
+// 0 (when all queue pairs were on engine 1, every frame was handed over),
+// so both ends hand frames over. Then a device of one engine (which sends everything on
 // its first queue) talks to one of two engines: handoffs again.
 func TestPrivilegedXSKEngines(t *testing.T) {
 	netlab.Privileged(t)
