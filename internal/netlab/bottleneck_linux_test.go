@@ -239,7 +239,11 @@ func TestPrivilegedBottleneckECN(t *testing.T) {
 				t.Errorf("v6 %v: ECT datagram %d arrived with TOS %#x below the marking threshold", v6, i, ectTOS[i])
 			}
 		}
-		if dropped := st.TailDropped - before.TailDropped; dropped == 0 || uint64(lost+plainLost) < dropped || st.MaxFrames != queue {
+		// A few other frames cross the bottleneck during the burst (ARP,
+		// IPv6 neighbour discovery and MLD of the namespaces) and may be
+		// among the tail drops: a CI run counted 504 drops for 503 lost
+		// datagrams.
+		if dropped := st.TailDropped - before.TailDropped; dropped == 0 || uint64(lost+plainLost)+4 < dropped || st.MaxFrames != queue {
 			t.Errorf("v6 %v: %d tail drops, %d datagrams lost, queue max %d of %d", v6, dropped, lost+plainLost, st.MaxFrames, queue)
 		}
 	}
