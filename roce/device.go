@@ -195,6 +195,10 @@ var ErrClosed = net.ErrClosed
 // A Device is one RDMA device over one link. Its methods are safe for
 // concurrent use.
 type Device struct {
+	// removed counts queue pairs taken out of the table: an engine whose
+	// timer heap may hold many of them drops them (timerHeap.compact).
+	removed atomic.Uint64
+
 	l      link.Link
 	props  link.Props
 	reason string

@@ -51,6 +51,8 @@ type engine struct {
 	again  []*qpEntry // starved of transmit buffers last round: run again
 	ready  []*qpEntry // swapped with Device.ready
 	timers timerHeap
+	// removedSeen is Device.removed when the timer heap was last compacted.
+	removedSeen uint64
 
 	// Counters, published to Device.st at the end of each round.
 	rxFrames, rxBytes                                       uint64
@@ -253,6 +255,14 @@ func (e *engine) collect(now int64) {
 			e.schedule(q)
 		}
 		e.ready = e.ready[:0]
+	}
+	if r := e.d.removed.Load(); r-e.removedSeen > uint64(len(e.timers)/2) {
+		// Removed queue pairs' elements would stay until their time came
+		// (a local ACK timeout: up to seconds), each keeping its queue
+		// pair's memory: with as many removals as half the heap, keep only
+		// the live elements.
+		e.removedSeen = r
+		e.timers.compact(e)
 	}
 	for len(e.timers) > 0 && e.timers[0].at <= now {
 		t := e.timers.pop()
@@ -558,6 +568,44 @@ func (h *timerHeap) push(t timer) {
 	}
 }
 
+// compact drops the elements of queue pairs removed, moved to another
+// engine or superseded by an earlier element, then restores the heap order.
+func (h *timerHeap) compact(e *engine) {
+	s := *h
+	n := 0
+	for _, t := range s {
+		if q := t.e; !q.dead.Load() && q.eng.Load() == e && q.heapAt == t.at {
+			s[n] = t
+			n++
+		}
+	}
+	clear(s[n:])
+	s = s[:n]
+	for i := n/2 - 1; i >= 0; i-- {
+		s.down(i)
+	}
+	*h = s
+}
+
+// down moves element i down to its place.
+func (h timerHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].at < h[l].at {
+			m = r
+		}
+		if h[i].at <= h[m].at {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
 func (h *timerHeap) pop() timer {
 	s := *h
 	t := s[0]
@@ -565,22 +613,7 @@ func (h *timerHeap) pop() timer {
 	s[0] = s[last]
 	s[last] = timer{}
 	s = s[:last]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= len(s) {
-			break
-		}
-		m := l
-		if r := l + 1; r < len(s) && s[r].at < s[l].at {
-			m = r
-		}
-		if s[i].at <= s[m].at {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
+	s.down(0)
 	*h = s
 	return t
 }

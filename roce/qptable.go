@@ -113,6 +113,7 @@ func (d *Device) removeQP(e *qpEntry) {
 		return
 	}
 	e.dead.Store(true)
+	d.removed.Add(1)
 	d.groups.drop(e)
 	if e.q.Type() == qp.OOO {
 		d.oooQPs.Add(-1)
