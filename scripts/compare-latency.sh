@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 MTU=${MTU:-9000} ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-5000} DURATION=${DURATION:-3} LINK=${LINK:-xsk}
 LAB=${LAB:-xdl$$}
 . scripts/lab-veth.sh
+command -v ping >/dev/null || { echo "ping missing (apt-get install iputils-ping)" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/"$LAB".XXXX)
 cleanup() {
   jobs -p | xargs -r kill 2>/dev/null || true
