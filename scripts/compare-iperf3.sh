@@ -16,15 +16,7 @@ MTUS=${MTUS:-9000 1500} ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5} LINK=${LINK:
 LAB=${LAB:-xdi$$}
 . scripts/lab-veth.sh
 command -v iperf3 >/dev/null || { echo "iperf3 missing (apt-get install iperf3)" >&2; exit 1; }
-tmp=$(mktemp -d /tmp/"$LAB".XXXX)
-cleanup() {
-  jobs -p | xargs -r kill 2>/dev/null || true
-  wait 2>/dev/null || true
-  lab_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-lab_binary "$tmp"
+lab_start
 [ -n "${PROFILE:-}" ] && mkdir -p "$PROFILE"
 prof() { # prof NAME: the environment that profiles into $PROFILE
   if [ -n "${PROFILE:-}" ]; then echo "XDPROCE_CPUPROFILE=$PROFILE/$1.pprof"; else echo "XDPROCE_NOPROFILE=1"; fi

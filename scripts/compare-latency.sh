@@ -17,15 +17,7 @@ MTU=${MTU:-9000} ROUNDS=${ROUNDS:-3} ITERS=${ITERS:-5000} DURATION=${DURATION:-3
 LAB=${LAB:-xdl$$}
 . scripts/lab-veth.sh
 command -v ping >/dev/null || { echo "ping missing (apt-get install iputils-ping)" >&2; exit 1; }
-tmp=$(mktemp -d /tmp/"$LAB".XXXX)
-cleanup() {
-  jobs -p | xargs -r kill 2>/dev/null || true
-  wait 2>/dev/null || true
-  lab_down
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-lab_binary "$tmp"
+lab_start
 
 run_ping() {
   # 200 echoes 2 ms apart; the median of the per-echo round trips.

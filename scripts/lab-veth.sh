@@ -4,7 +4,11 @@
 # netlab.Connect does). Needs root and iproute2. LAB must be set; lab_down
 # runs on exit, even when the script fails.
 #
-#   lab_up MTU        create (or re-create) the lab with that MTU
+#   lab_start         a temporary directory in $tmp, removed on exit with the
+#                     lab and the script's background jobs; the binary
+#                     (lab_binary "$tmp")
+#   lab_up MTU [QUEUES] create (or re-create) the lab with that MTU (and that
+#                     many tx and rx queues on each veth end)
 #   lab_down          delete both namespaces (the veth goes with them)
 #   ina CMD... / inb  run CMD inside ${LAB}-a / ${LAB}-b
 #   lab_binary DIR    $XDPROCE, or ./cmd/xdproce built cgo-free into DIR
@@ -36,12 +40,26 @@ lab_down() {
   return 0
 }
 
+lab_start() {
+  tmp=$(mktemp -d /tmp/"$LAB".XXXX)
+  trap lab_cleanup EXIT
+  lab_binary "$tmp"
+}
+
+lab_cleanup() {
+  jobs -p | xargs -r kill 2>/dev/null || true
+  wait 2>/dev/null || true
+  lab_down
+  rm -rf "$tmp"
+}
+
 lab_up() {
-  local mtu=$1
+  local mtu=$1 q=()
+  [ -n "${2:-}" ] && q=(numtxqueues "$2" numrxqueues "$2")
   lab_down
   ip netns add "${LAB}-a" && ip netns add "${LAB}-b" || return 1
-  ip link add name "${LAB}a" netns "${LAB}-a" mtu "$mtu" type veth \
-    peer name "${LAB}b" netns "${LAB}-b" mtu "$mtu" || return 1
+  ip link add name "${LAB}a" netns "${LAB}-a" mtu "$mtu" "${q[@]}" type veth \
+    peer name "${LAB}b" netns "${LAB}-b" mtu "$mtu" "${q[@]}" || return 1
   ina ip addr add 198.51.100.1/24 dev "${LAB}a" && inb ip addr add 198.51.100.2/24 dev "${LAB}b" || return 1
   ina ip link set lo up && inb ip link set lo up || return 1
   ina ip link set "${LAB}a" up && inb ip link set "${LAB}b" up || return 1
