@@ -121,8 +121,16 @@ func TestPeerPingpongUCUD(t *testing.T) {
 			if cr.Remote != sr.Local || sr.Remote != cr.Local {
 				t.Errorf("addresses: client %v/%v, server %v/%v", cr.Local, cr.Remote, sr.Local, sr.Remote)
 			}
+			// An engine adds its counters to the device's at the end of its round, which can
+			// come after the application has seen the last completion: wait for it, bounded.
 			for _, d := range []*roce.Device{da, db} {
-				if st := d.Stats(); st.RxFrames < iters {
+				deadline := time.Now().Add(2 * time.Second)
+				st := d.Stats()
+				for st.RxFrames < iters && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+					st = d.Stats()
+				}
+				if st.RxFrames < iters {
 					t.Errorf("device received %d frames, want at least %d", st.RxFrames, iters)
 				}
 			}
