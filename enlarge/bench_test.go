@@ -174,44 +174,63 @@ func rss(t *testing.T) int64 {
 
 // BenchmarkStream moves messages of each size from one end to the other
 // between two roce devices over link/pipe with blocking Write and Read (the
-// direction promotes as the size needs).
+// direction promotes as the size needs). The default ring starts at 4 slots
+// and grows to 16 on the first burst; size=64 also runs with rings that do
+// not grow, of 16 slots (what the ring was before it grew on demand) and of 4,
+// to show what the growth buys.
 func BenchmarkStream(b *testing.B) {
-	for _, size := range []int{64, 1024, 4096, 65536} {
-		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
-			l := newDevLab(b, &Config{LargeSlots: 4}, 1)
-			c := l.conns[0]
-			msg := payload(size, 1)
-			buf := make([]byte, size)
-			// promote before timing (the reader must run for the writer's
-			// request to be answered)
-			go c.a.Write(msg)
-			if _, err := c.b.Read(buf); err != nil {
-				b.Fatal(err)
-			}
-			errc := make(chan error, 1)
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() {
-				for i := 0; i < b.N; i++ {
-					if _, err := c.a.Write(msg); err != nil {
-						errc <- err
-						return
-					}
-				}
-				errc <- nil
-			}()
-			for i := 0; i < b.N; i++ {
-				if n, err := c.b.Read(buf); err != nil || n != size {
-					b.Fatalf("read %d: %v", n, err)
-				}
-			}
-			if err := <-errc; err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			s := c.a.Stats()
-			b.ReportMetric(float64(s.SendPhase), "phase")
-		})
+	type variant struct {
+		name string
+		cfg  Config
 	}
+	for _, size := range []int{64, 1024, 4096, 65536} {
+		variants := []variant{{fmt.Sprintf("size=%d", size), Config{LargeSlots: 4}}}
+		if size == 64 {
+			variants = append(variants,
+				variant{"size=64/ring=16-fixed", Config{LargeSlots: 4, RingSlots: 16, GrowSlots: -1}},
+				variant{"size=64/ring=4-fixed", Config{LargeSlots: 4, RingSlots: 4, GrowSlots: -1}})
+		}
+		for _, v := range variants {
+			benchStream(b, v.name, &v.cfg, size)
+		}
+	}
+}
+
+func benchStream(b *testing.B, name string, cfg *Config, size int) {
+	b.Run(name, func(b *testing.B) {
+		l := newDevLab(b, cfg, 1)
+		c := l.conns[0]
+		msg := payload(size, 1)
+		buf := make([]byte, size)
+		// promote before timing (the reader must run for the writer's
+		// request to be answered)
+		go c.a.Write(msg)
+		if _, err := c.b.Read(buf); err != nil {
+			b.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		b.SetBytes(int64(size))
+		b.ReportAllocs()
+		b.ResetTimer()
+		go func() {
+			for i := 0; i < b.N; i++ {
+				if _, err := c.a.Write(msg); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		for i := 0; i < b.N; i++ {
+			if n, err := c.b.Read(buf); err != nil || n != size {
+				b.Fatalf("read %d: %v", n, err)
+			}
+		}
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		s := c.a.Stats()
+		b.ReportMetric(float64(s.SendPhase), "phase")
+	})
 }

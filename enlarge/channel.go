@@ -67,7 +67,7 @@ type Stats struct {
 	RegisteredBytes int   // bytes this end has registered now (ring, mailbox, send buffers; not the shared Pool)
 	ControlSent     int   // ENLARGE_REQ and ENLARGE_ACK sent
 	CreditsSent     int   // credit updates RDMA-written to the peer
-	Promotions      int   // completed promotions: sending direction (ack accepted) plus receiving direction (ack sent)
+	Promotions      int   // completed promotions, a ring growth counted as one: sending direction (ack accepted) plus receiving direction (ack sent)
 	AckRefused      int   // mailbox checks that found a head but no valid ack (missing tail, corrupt)
 	AckTimeouts     int   // ack timeouts (Config.AckTimeout each) of the request out now, or of the last one
 	ReqRefused      int   // malformed or out-of-range requests received and ignored

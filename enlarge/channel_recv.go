@@ -23,6 +23,7 @@ type rxState struct {
 	ackInflight    bool
 	ackPending     bool
 	ack            Ack
+	grown          bool // the phase-0 ring has grown to GrowSlots
 }
 
 type entry struct {
@@ -63,16 +64,18 @@ func (f *fifo) pop() {
 func (f *fifo) at(i int) *entry { return &f.e[(f.head+i)%len(f.e)] }
 
 // recvDepth is the number of zero-length receives a channel keeps posted
-// while its receiving direction is in phase p: one per slot of its buffer
-// plus spares for the peer's ENLARGE_ACK and ENLARGE_CREDIT writes.
+// while its receiving direction is in phase p (for phase 0, the ring it
+// starts with): one per slot of its buffer plus spares for the peer's
+// ENLARGE_ACK and ENLARGE_CREDIT writes.
 func (c *Config) recvDepth(p int) int { return c.slots(p) + recvSpare }
 
 const recvSpare = 4
 
-// topUp keeps RecvDepth zero-length receives posted: every message is a
-// WRITE_WITH_IMM, which consumes one receive and does not use its buffer.
+// topUp keeps a receive posted for every slot of the current buffer plus
+// the spares: every message is a WRITE_WITH_IMM, which consumes one receive
+// and does not use its buffer.
 func (c *Channel) topUp() error {
-	for c.rx.posted < c.cfg.recvDepth(c.rx.phase) {
+	for c.rx.posted < c.rx.slots+recvSpare {
 		if err := c.t.PostRecv(wrID(idRecv, c.rx.phase, 0), nil, 0, 0); err != nil {
 			return fmt.Errorf("enlarge: post receive: %w", err)
 		}
@@ -122,12 +125,14 @@ func (c *Channel) arrived(wc *Completion) error {
 // request handles an ENLARGE_REQ found in a ring slot: the old ring is
 // unregistered and freed (messages still queued from it are copied off first),
 // the larger one registered, and the ENLARGE_ACK RDMA-written to the peer's
-// mailbox.
+// mailbox. A request for phase 0 asks for the grown phase-0 ring (GrowSlots
+// slots of the same size), once.
 func (c *Channel) request(slot, n int) error {
 	rx := &c.rx
 	b := rx.ring.Bytes()[slot*rx.slotSize:]
 	req, ok := ParseReq(b[:n])
-	if !ok || int(req.Phase) <= rx.phase || int(req.Phase) > c.cfg.top() || req.Size == 0 {
+	grow := ok && req.Phase == 0 && rx.phase == 0 && !rx.grown && c.cfg.grows()
+	if !ok || (int(req.Phase) <= rx.phase && !grow) || int(req.Phase) > c.cfg.top() || req.Size == 0 {
 		c.st.ReqRefused++
 		rx.consumed++ // the slot is free again
 		return nil
@@ -146,12 +151,16 @@ func (c *Channel) request(slot, n int) error {
 	}
 	rx.ring = nil
 	p := int(req.Phase)
-	ring, err := c.t.Register(c.cfg.RingBytes(p))
+	size, slots := c.cfg.RingBytes(p), c.cfg.slots(p)
+	if grow {
+		size, slots = c.cfg.GrownRingBytes(), c.cfg.GrowSlots
+	}
+	ring, err := c.t.Register(size)
 	if err != nil {
 		return fmt.Errorf("enlarge: promote to phase %d: %w", p, err)
 	}
-	rx.ring, rx.phase = ring, p
-	rx.slots, rx.slotSize = c.cfg.slots(p), c.cfg.Ladder[p]
+	rx.ring, rx.phase, rx.grown = ring, p, rx.grown || grow
+	rx.slots, rx.slotSize = slots, c.cfg.Ladder[p]
 	rx.recvd, rx.consumed, rx.credited = 0, 0, 0
 	if err := c.topUp(); err != nil {
 		return err
@@ -185,13 +194,21 @@ func (c *Channel) postAck() error {
 // maybeCredit tells the peer how many messages of the current phase have been
 // consumed (an ENLARGE_CREDIT written into its mailbox, the count also in the
 // immediate data) when a quarter of the buffer's slots (at least one) has been
-// consumed since the last update; one update in flight at a time.
+// consumed since the last update (half, in a phase-0 ring that may still
+// grow); one update in flight at a time.
 func (c *Channel) maybeCredit() error {
 	rx := &c.rx
 	if rx.creditInflight || rx.consumed == rx.credited {
 		return nil
 	}
 	batch := max(1, rx.slots/4)
+	if rx.phase == 0 && !rx.grown && c.cfg.grows() {
+		// A quarter of a 4-slot ring is a credit per message. Half of it
+		// still keeps a peer that waits for each answer (request and
+		// response, one message out at a time) below the last free slot,
+		// which is what makes a sender ask for the grown ring.
+		batch = max(1, rx.slots/2)
+	}
 	if int(rx.consumed-rx.credited) < batch {
 		return nil
 	}

@@ -31,6 +31,7 @@ type txState struct {
 	msgRemain int        // bytes of a partly sent message still to send
 	reqAt     time.Time  // when the ENLARGE_REQ out now was posted
 	err       error      // the direction failed (ErrAckTimeout)
+	grown     bool       // the peer's phase-0 ring has grown to GrowSlots
 }
 
 type oldStage struct {
@@ -202,6 +203,13 @@ func (c *Channel) post(b []byte, kind uint32) (bool, error) {
 	if tx.sent-tx.credited >= uint32(tx.slots) {
 		return false, nil
 	}
+	if kind != immReq && tx.phase == 0 && !tx.grown && tx.state == StateSmall && c.cfg.grows() &&
+		tx.sent-tx.credited == uint32(tx.slots)-1 {
+		// The last free slot of the small ring: ask for the grown ring in it
+		// instead of this message, which waits for the ack like any other.
+		_, err := c.sendReq(0, len(b))
+		return false, err
+	}
 	slot := int(tx.sent % uint32(tx.slots))
 	c.wr = WorkRequest{Op: OpWriteImm, Length: len(b), Imm: makeImm(kind, len(b)),
 		RemoteAddr: tx.raddr + uint64(slot*tx.slotSize), RKey: tx.rkey}
@@ -289,9 +297,24 @@ func (c *Channel) checkAck() (bool, error) {
 	c.t.Load(c.mb, mbAck, b)
 	a, ok := ParseAck(b)
 	p := tx.reqPhase
-	if !ok || int(a.Phase) != p || int(a.Length) != c.cfg.RingBytes(p) || a.RKey == 0 || a.Addr+uint64(a.Length) < a.Addr {
+	size := c.cfg.RingBytes(p)
+	if p == 0 {
+		size = c.cfg.GrownRingBytes()
+	}
+	if !ok || int(a.Phase) != p || int(a.Length) != size || a.RKey == 0 || a.Addr+uint64(a.Length) < a.Addr {
 		c.st.AckRefused++
 		return false, nil
+	}
+	if p == 0 {
+		// The grown ring: staged from the pool as before, only more slots.
+		clear(c.mb.Bytes()[mbAck : mbAck+AckLen])
+		tx.ackArrived, tx.grown = false, true
+		tx.state = StateSmall
+		tx.raddr, tx.rkey = a.Addr, a.RKey
+		tx.slots = c.cfg.GrowSlots
+		tx.sent, tx.credited, tx.completed = 0, 0, 0
+		c.st.Promotions++
+		return true, nil
 	}
 	stage, err := c.t.Register(c.cfg.RingBytes(p))
 	if err != nil {

@@ -31,7 +31,8 @@ func (m Mode) String() string {
 
 // Defaults.
 const (
-	DefaultRingSlots      = 16
+	DefaultRingSlots      = 4
+	DefaultGrowSlots      = 16
 	DefaultSmall          = 512
 	DefaultThreshold      = 90
 	DefaultLargeSlots     = 1
@@ -66,9 +67,19 @@ type Config struct {
 	// eager ring of RingSlots slots; every later phase is one buffer of
 	// LargeSlots slots. Default DefaultLadder; Baseline: one step of 4 KiB.
 	Ladder []int
-	// RingSlots is the number of slots of the phase-0 ring (default 16;
-	// Baseline 32).
+	// RingSlots is the number of slots of the phase-0 ring a channel starts
+	// with (default 4; Baseline 32).
 	RingSlots int
+	// GrowSlots is the number of slots the phase-0 ring grows to on demand
+	// (default 16, DESIGN.md's ring). A sender that finds all but one slot
+	// of the small ring outstanding and has another message to send writes
+	// an ENLARGE_REQ for phase 0 into the last slot instead; the receiver
+	// answers with a ring of GrowSlots slots of the same size, and the
+	// direction stays in phase 0. So an idle connection costs RingSlots
+	// slots an end and one that streams small messages gets GrowSlots in
+	// flight after one round trip. Negative, or not above RingSlots: the
+	// ring never grows. Baseline mode never grows.
+	GrowSlots int
 	// LargeSlots is the number of slots of a promoted buffer (default 1).
 	LargeSlots int
 	// Threshold is the percentage of the current slot an iovec element may
@@ -116,6 +127,9 @@ func (c *Config) withDefaults() (Config, error) {
 		if r.RingSlots == 0 {
 			r.RingSlots = DefaultRingSlots
 		}
+		if r.GrowSlots == 0 {
+			r.GrowSlots = DefaultGrowSlots
+		}
 	case Baseline:
 		if len(r.Ladder) == 0 {
 			r.Ladder = []int{BaselineSlotSize}
@@ -123,8 +137,12 @@ func (c *Config) withDefaults() (Config, error) {
 		if r.RingSlots == 0 {
 			r.RingSlots = BaselineSlots
 		}
+		r.GrowSlots = -1
 	default:
 		return r, fmt.Errorf("enlarge: config: unknown mode %d: %w", r.Mode, ErrConfig)
+	}
+	if r.GrowSlots <= r.RingSlots {
+		r.GrowSlots = -1 // no growth step
 	}
 	if r.LargeSlots == 0 {
 		r.LargeSlots = DefaultLargeSlots
@@ -153,6 +171,9 @@ func (c *Config) validate() error {
 	}
 	if c.RingSlots < 1 || c.RingSlots > maxSlots {
 		return bad("ring slots %d outside 1–%d", c.RingSlots, maxSlots)
+	}
+	if c.grows() && (c.GrowSlots > maxSlots || c.RingSlots < 2) {
+		return bad("grow slots %d with ring slots %d: growth needs 2 or more ring slots and at most %d grown", c.GrowSlots, c.RingSlots, maxSlots)
 	}
 	if c.LargeSlots < 1 || c.LargeSlots > maxLargeSlots {
 		return bad("large slots %d outside 1–%d", c.LargeSlots, maxLargeSlots)
@@ -197,12 +218,37 @@ func (c *Config) Validate() error {
 	return err
 }
 
-// slots is the number of slots of phase p's buffer.
+// slots is the number of slots of phase p's buffer (for phase 0, the ring a
+// channel starts with).
 func (c *Config) slots(p int) int {
 	if p == 0 {
 		return c.RingSlots
 	}
 	return c.LargeSlots
+}
+
+// grows reports whether the phase-0 ring grows on demand.
+func (c *Config) grows() bool { return c.GrowSlots > c.RingSlots }
+
+// EagerSlots is the most eager messages a channel with this configuration
+// (defaults filled in) has out at once: the ring's slots, or the grown
+// ring's. A Pool serving one channel needs that many slots. 0 when the
+// configuration is invalid.
+func (c *Config) EagerSlots() int {
+	d, err := c.withDefaults()
+	if err != nil {
+		return 0
+	}
+	return max(d.RingSlots, d.GrowSlots)
+}
+
+// GrownRingBytes is the size of the phase-0 ring after it has grown (0 when
+// it never grows).
+func (c *Config) GrownRingBytes() int {
+	if !c.grows() {
+		return 0
+	}
+	return c.GrowSlots * c.Ladder[0]
 }
 
 // threshold is the largest element that goes eagerly in phase p.
@@ -236,6 +282,11 @@ func (c *Config) QueueDepths() (send, recv, cq int, err error) {
 		recv = max(recv, d.recvDepth(p))
 	}
 	send = d.RingSlots + d.LargeSlots + 4
+	if d.grows() {
+		// the small ring's writes may be outstanding beside the grown one's
+		recv = max(recv, d.GrowSlots+recvSpare)
+		send += d.GrowSlots
+	}
 	recv += 2
 	return send, recv, send + recv, nil
 }

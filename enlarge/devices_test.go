@@ -296,7 +296,7 @@ func TestDevicesRegisteredAtRest(t *testing.T) {
 		mode Mode
 		want int // per connection, both ends, without the pools
 	}{
-		{Enlarge, 2 * (16*512 + MailboxLen)},
+		{Enlarge, 2 * (DefaultRingSlots*512 + MailboxLen)},
 		{Baseline, 2 * (32*4096 + MailboxLen)},
 	} {
 		l := newDevLab(t, &Config{Mode: tc.mode}, 10)

@@ -6,10 +6,23 @@
 // # Protocol
 //
 // Each end registers, at start, a receive ring of RingSlots × Ladder[0]
-// bytes (default 16 × 512 B) and a MailboxLen-byte (96 B) mailbox, and nothing
-// larger: 16 KiB of rings and two mailboxes per connection. A direction's
+// bytes (default 4 × 512 B) and a MailboxLen-byte (96 B) mailbox, and nothing
+// larger: 4 KiB of rings and two mailboxes per connection. A direction's
 // state is small, requested or large, and its phase is an index into the
 // ladder (default 512 B → 8 KiB → 128 KiB).
+//
+// The ring grows on demand (Config.GrowSlots, default 16: DESIGN.md's ring,
+// 16 KiB a connection once both directions have grown). A sender in phase 0
+// that finds all but one slot of the small ring outstanding, with a message
+// to send, writes an ENLARGE_REQ for phase 0 (size: that message's) into the
+// last slot instead; the receiver answers as for a promotion, with a ring of
+// GrowSlots slots of the same size, still phase 0; a second phase-0 request
+// is refused. The receiver returns credits every two messages while its ring
+// may still grow (every quarter of the slots otherwise), so a peer that
+// waits for each answer never reaches the last slot and an idle or
+// request-response connection keeps the small ring, while a burst gets the
+// grown one after one round trip (BenchmarkStream: 64-byte messages stream at
+// the 16-slot ring's rate, about twice the 4-slot ring's).
 //
 // The sender's side of the small phase has no per-connection buffers: eager
 // messages are staged in a Pool of registered slots shared by all channels of
@@ -69,7 +82,9 @@
 // one update in flight); the sender never has more messages outstanding than
 // the peer's buffer has slots, and a receive per slot plus spares for the
 // peer's ACK and CREDIT stays posted (Config.QueueDepths sizes the queue
-// pair).
+// pair). Credits carry the phase; those of the small ring are all ordered
+// before the ENLARGE_ACK of the grown one on the receiver's queue pair, so
+// the sender has counted them before it switches rings.
 //
 // A message larger than the top step goes in top-step pieces, each a
 // WRITE_WITH_IMM into the same buffer, the receiver concatenating them. We
@@ -88,8 +103,9 @@
 // capture, makes xdproce dump print ENLARGE_REQ, ENLARGE_ACK and
 // ENLARGE_CREDIT with their fields. The golden captures
 // testdata/pcaps/enlarge-*.pcapng show an eager message, a 512 B → 8 KiB
-// promotion, a three-phase promotion, an ack whose tail never comes and a
-// vector sent whole over the promoted buffer (WholeVectorLarge).
+// promotion, a three-phase promotion, an ack whose tail never comes, a
+// vector sent whole over the promoted buffer (WholeVectorLarge) and the ring
+// growing under a burst (enlarge-ring-grows).
 //
 // # Use
 //

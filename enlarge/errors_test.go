@@ -11,9 +11,9 @@ import (
 // A peer's malformed or out-of-range ENLARGE_REQ is counted and ignored; the
 // channel goes on.
 func TestBadRequestsIgnored(t *testing.T) {
-	p := newPair(t, nil)
+	p := newPair(t, &Config{RingSlots: 8, GrowSlots: -1})
 	for _, bad := range [][]byte{
-		AppendReq(nil, Req{Phase: 0, Size: 100}),    // not above the current phase
+		AppendReq(nil, Req{Phase: 0, Size: 100}),    // not above the current phase (no growth)
 		AppendReq(nil, Req{Phase: 3, Size: 100}),    // beyond the ladder
 		AppendReq(nil, Req{Phase: 1, Size: 0}),      // no size
 		[]byte("XDEN\x01\x01\x00\x00garbage!"),      // right head, wrong length
@@ -27,7 +27,7 @@ func TestBadRequestsIgnored(t *testing.T) {
 		}
 	}
 	until(t, p, "requests refused", func() bool { return p.b.Stats().ReqRefused == 5 })
-	if s := p.b.Stats(); s.RecvPhase != 0 || s.ControlSent != 0 || s.RegisteredBytes != 16*512+MailboxLen {
+	if s := p.b.Stats(); s.RecvPhase != 0 || s.ControlSent != 0 || s.RegisteredBytes != 8*512+MailboxLen {
 		t.Fatalf("receiver after bad requests: %+v", s)
 	}
 	// the refused requests' slots were given back: more than a ring's worth

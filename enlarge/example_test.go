@@ -27,7 +27,7 @@ func Example() {
 		qp *roce.QP
 		ch *enlarge.Channel
 	}
-	var cfg enlarge.Config // defaults: 16 × 512 B ring, ladder 512 B → 8 KiB → 128 KiB
+	var cfg enlarge.Config // defaults: 4 × 512 B ring (16 once a burst needs it), ladder 512 B → 8 KiB → 128 KiB
 	send, recv, cqDepth, _ := cfg.QueueDepths()
 	mk := func(d *roce.Device) *end {
 		e := &end{pd: d.AllocPD()}
@@ -58,7 +58,7 @@ func Example() {
 	fmt.Println("sender:", s.SendState, "phase", s.SendPhase, "promotions", s.Promotions, "control messages", s.ControlSent)
 	fmt.Println("receiver registered:", b.ch.Stats().RegisteredBytes, "B")
 	// Output:
-	// registered at start: 8288 B
+	// registered at start: 2144 B
 	// read 5000 B, error <nil>
 	// sender: large phase 1 promotions 1 control messages 1
 	// receiver registered: 8288 B

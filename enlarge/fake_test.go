@@ -305,6 +305,12 @@ type pair struct {
 
 func newPair(tb testing.TB, cfg *Config) *pair {
 	tb.Helper()
+	return newPairCfgs(tb, cfg, cfg)
+}
+
+// newPairCfgs is newPair with a configuration for each end.
+func newPairCfgs(tb testing.TB, cfg, cfgB *Config) *pair {
+	tb.Helper()
 	fa, fb := newFakePair(1)
 	p := &pair{fa: fa, fb: fb}
 	tb.Cleanup(func() { fa.close(); fb.close() })
@@ -322,7 +328,7 @@ func newPair(tb testing.TB, cfg *Config) *pair {
 	if p.a, err = New(fa, p.pa, cfg); err != nil {
 		tb.Fatal(err)
 	}
-	if p.b, err = New(fb, p.pb, cfg); err != nil {
+	if p.b, err = New(fb, p.pb, cfgB); err != nil {
 		tb.Fatal(err)
 	}
 	if err := p.a.Connect(p.b.Endpoint()); err != nil {

@@ -116,7 +116,11 @@ func promotionChecks(t *testing.T, fr []wframe, l *lab, from int, req Req, ringA
 	}
 	a := &fr[ai]
 	ack, ok := ParseAck(a.p.Payload)
-	if !ok || ack.Phase != req.Phase || int(ack.Length) != DefaultLadder[req.Phase] || ack.RKey == 0 {
+	wantLen := DefaultLadder[req.Phase]
+	if req.Phase == 0 { // the grown ring
+		wantLen = DefaultGrowSlots * DefaultSmall
+	}
+	if !ok || ack.Phase != req.Phase || int(ack.Length) != wantLen || ack.RKey == 0 {
 		t.Fatalf("frame %d: ENLARGE_ACK %+v (ok %v), want phase %d", ai, ack, ok, req.Phase)
 	}
 	if a.p.RETH.VA != l.a.ch.mb.Addr()+mbAck || a.p.RETH.RKey != l.a.ch.mb.RKey() || a.p.RETH.DMALen != AckLen {
@@ -326,4 +330,72 @@ func TestGoldenWholeVector(t *testing.T) {
 		t.Errorf("data writes of %v B, want [100 600 200]", sizes)
 	}
 	wantDump(t, pcaptest.Describe(t, l.pcap.Bytes()), "ENLARGE_REQ phase=1 size=600", "ENLARGE_ACK addr=0x", "ENLARGE_CREDIT phase=1 consumed=1")
+}
+
+// TestGoldenRingGrows: six 100-byte messages in one Send on a fresh
+// channel. Three go eagerly into the 4-slot ring, an ENLARGE_REQ for phase 0
+// into its last slot, the ENLARGE_ACK names the receiver's grown ring (16 ×
+// 512 B, still phase 0), and the other three go into slots 0–2 of the grown
+// ring; nothing from the sender between request and ack.
+func TestGoldenRingGrows(t *testing.T) {
+	l := newLab(t, nil, true)
+	ep := l.b.ch.Endpoint()
+	msgs := make([][]byte, 6)
+	for i := range msgs {
+		msgs[i] = payload(100, int64(10+i))
+	}
+	sent := 0
+	for range 100 {
+		k, err := l.a.ch.Send(msgs[sent/100:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent == 0 && k != 300 {
+			t.Fatalf("first Send sent %d B, want 300 (three messages, then the request in the last slot)", k)
+		}
+		sent += k
+		l.settle()
+		if sent == 600 {
+			break
+		}
+	}
+	for i, m := range msgs {
+		if got := l.recv(l.b, 1000); !bytes.Equal(got, m) {
+			t.Fatalf("message %d damaged", i)
+		}
+	}
+	checkGolden(t, l, "enlarge-ring-grows")
+	fr := decodeLab(t, l)
+	var data []*wframe
+	for i := range fr {
+		if fr[i].fromA && fr[i].data() {
+			data = append(data, &fr[i])
+		}
+	}
+	if len(data) != 6 {
+		t.Fatalf("%d data writes, want 6", len(data))
+	}
+	for i, f := range data[:3] {
+		if f.p.RETH.RKey != ep.RingRKey || f.p.RETH.VA != ep.RingAddr+uint64(i*512) {
+			t.Errorf("message %d written to %#x/%#x, want slot %d of the small ring", i, f.p.RETH.VA, f.p.RETH.RKey, i)
+		}
+	}
+	next, ack := promotionChecks(t, fr, l, 0, Req{Phase: 0, Size: 100}, ep.RingAddr, ep.RingRKey)
+	if ack.Addr != l.b.ch.rx.ring.Addr() || ack.RKey != l.b.ch.rx.ring.RKey() || ack.RKey == ep.RingRKey {
+		t.Errorf("ack names %#x/%#x, receiver's grown ring is %#x/%#x", ack.Addr, ack.RKey, l.b.ch.rx.ring.Addr(), l.b.ch.rx.ring.RKey())
+	}
+	for i, f := range data[3:] {
+		if f.p.RETH.RKey != ack.RKey || f.p.RETH.VA != ack.Addr+uint64(i*512) {
+			t.Errorf("message %d written to %#x/%#x, want slot %d of the grown ring", 3+i, f.p.RETH.VA, f.p.RETH.RKey, i)
+		}
+	}
+	dataChecks(t, fr, next, ack, 100)
+	sa, sb := l.a.ch.Stats(), l.b.ch.Stats()
+	if sa.SendPhase != 0 || sa.SendState != StateSmall || sa.Promotions != 1 || sb.Promotions != 1 || sb.RecvPhase != 0 {
+		t.Errorf("after growth: sender %+v, receiver %+v", sa, sb)
+	}
+	if want := 16*512 + MailboxLen; sb.RegisteredBytes != want {
+		t.Errorf("receiver registered %d B, want %d (grown ring and mailbox)", sb.RegisteredBytes, want)
+	}
+	wantDump(t, pcaptest.Describe(t, l.pcap.Bytes()), "ENLARGE_REQ phase=0 size=100", "ENLARGE_ACK addr=0x")
 }

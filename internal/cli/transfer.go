@@ -35,8 +35,8 @@ server needs neither. An existing NAME on the server is replaced only with
 (a name it does not take, a full disk, ...), its reason is printed here.
 
 With --enlarge the file goes through an enlargement channel instead (package
-enlarge): one RC connection that starts with a 16 × 512 B ring on each side
-and promotes the sending direction along the ladder 512 B → 8 KiB → 128 KiB
+enlarge): one RC connection that starts with a 4 × 512 B ring on each side
+(grown to 16 slots when a burst needs them) and promotes the sending direction along the ladder 512 B → 8 KiB → 128 KiB
 only as the messages need it. The messages are sized so that a file of more
 than 14,744 bytes climbs every step (up to 460 bytes go eagerly through the
 ring, without promotion). At each promotion an ENLARGE_REQ goes in a ring
@@ -96,7 +96,7 @@ removed first, and named on stderr. Authentication flags are as for send.
 
 With --enlarge the server sends the file through an enlargement channel
 instead, as 'send --enlarge' does the other way: the server's sending
-direction starts on this side's 16 × 512 B ring and is promoted along the
+direction starts on this side's 4 × 512 B ring and is promoted along the
 ladder 512 B → 8 KiB → 128 KiB as its messages need it; each ENLARGE_REQ from
 the server is answered from here (this side frees its ring, registers the
 larger buffer and RDMA-writes an ENLARGE_ACK into the server's mailbox), and

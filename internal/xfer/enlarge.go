@@ -35,7 +35,8 @@ const msgPutEnlarge = "put_enlarge"
 const EnlargeMessageSteps = 8
 
 // DefaultEnlargeConfig is the channel configuration `xdproce send --enlarge`
-// uses: enlarge's defaults (16 × 512 B ring, ladder 512 B → 8 KiB → 128 KiB)
+// uses: enlarge's defaults (4 × 512 B ring growing to 16 on demand, ladder
+// 512 B → 8 KiB → 128 KiB)
 // with 4 slots per promoted buffer, so that four pieces are in flight
 // instead of one (4 × 128 KiB registered at the top step).
 func DefaultEnlargeConfig() *enlarge.Config { return &enlarge.Config{LargeSlots: 4} }
@@ -47,6 +48,7 @@ type channelInfo struct {
 	Mode        string `json:"mode"` // "enlarge" or "baseline"
 	Ladder      []int  `json:"ladder"`
 	RingSlots   int    `json:"ring_slots"`
+	GrowSlots   int    `json:"grow_slots,omitempty"` // absent (a peer from before ring growth): the ring does not grow
 	LargeSlots  int    `json:"large_slots"`
 	Threshold   int    `json:"threshold"`
 	RingAddr    uint64 `json:"ring_addr"`
@@ -56,7 +58,8 @@ type channelInfo struct {
 }
 
 func (ci *channelInfo) config() (*enlarge.Config, error) {
-	c := &enlarge.Config{Ladder: ci.Ladder, RingSlots: ci.RingSlots, LargeSlots: ci.LargeSlots, Threshold: ci.Threshold}
+	c := &enlarge.Config{Ladder: ci.Ladder, RingSlots: ci.RingSlots, GrowSlots: cmp.Or(ci.GrowSlots, -1),
+		LargeSlots: ci.LargeSlots, Threshold: ci.Threshold}
 	switch ci.Mode {
 	case enlarge.Enlarge.String():
 	case enlarge.Baseline.String():
@@ -116,8 +119,9 @@ func newChanConn(dev *roce.Device, cfg *enlarge.Config, co *roce.ConnectOptions,
 		return nil, fmt.Errorf("enlargement channel: %w", err)
 	}
 	v := enlarge.NewVerbs(q.qp, q.pd, q.cq, nil)
-	// The eager pool: one slot of the first step per ring slot.
-	slots, slotSize := cfg.RingSlots, 0
+	// The eager pool: one slot of the first step per ring slot (of the
+	// grown ring when it grows).
+	slots, slotSize := cfg.EagerSlots(), 0
 	if len(cfg.Ladder) > 0 {
 		slotSize = cfg.Ladder[0]
 	}
@@ -141,7 +145,7 @@ func newChanConn(dev *roce.Device, cfg *enlarge.Config, co *roce.ConnectOptions,
 func (c *chanConn) info() *channelInfo {
 	cfg := c.ch.Config()
 	ep := c.ch.Endpoint()
-	return &channelInfo{Mode: cfg.Mode.String(), Ladder: cfg.Ladder, RingSlots: cfg.RingSlots,
+	return &channelInfo{Mode: cfg.Mode.String(), Ladder: cfg.Ladder, RingSlots: cfg.RingSlots, GrowSlots: cfg.GrowSlots,
 		LargeSlots: cfg.LargeSlots, Threshold: cfg.Threshold,
 		RingAddr: ep.RingAddr, RingRKey: ep.RingRKey, MailboxAddr: ep.MailboxAddr, MailboxRKey: ep.MailboxRKey}
 }
@@ -178,9 +182,10 @@ func (c *chanConn) close() {
 // registers at once: mailbox, receive buffer and send buffer of its largest
 // step, and the eager pool.
 func channelBytes(cfg *enlarge.Config) int {
-	n := enlarge.MailboxLen + 2*cfg.RingBytes(0) // ring and pool
+	ring := max(cfg.RingBytes(0), cfg.GrownRingBytes())
+	n := enlarge.MailboxLen + 2*ring // ring and pool
 	for p := 1; p < len(cfg.Ladder); p++ {
-		n = max(n, enlarge.MailboxLen+cfg.RingBytes(0)+2*cfg.RingBytes(p))
+		n = max(n, enlarge.MailboxLen+ring+2*cfg.RingBytes(p))
 	}
 	return n
 }
