@@ -144,3 +144,36 @@ func TestSendBaseline(t *testing.T) {
 		t.Errorf("channel %+v", e)
 	}
 }
+
+// TestChannelInfoGrowSlots: the grown ring's size travels with the
+// configuration; a peer that does not send it (from before ring growth) gets
+// a ring that does not grow, and what this end describes round-trips.
+func TestChannelInfoGrowSlots(t *testing.T) {
+	base := channelInfo{Mode: "enlarge", Ladder: []int{512, 8192, 131072}, RingSlots: 4, LargeSlots: 4, Threshold: 90}
+	for _, tt := range []struct {
+		grow, want int
+	}{{0, 0}, {16, 16 * 512}, {-1, 0}} {
+		ci := base
+		ci.GrowSlots = tt.grow
+		cfg, err := ci.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.GrownRingBytes(); got != tt.want {
+			t.Errorf("grow_slots %d: grown ring %d B, want %d", tt.grow, got, tt.want)
+		}
+	}
+	dev, _ := pipeDevices(t)
+	c, err := newChanConn(dev, DefaultEnlargeConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	info := c.info()
+	if info.RingSlots != enlarge.DefaultRingSlots || info.GrowSlots != enlarge.DefaultGrowSlots {
+		t.Errorf("this end describes ring %d, grow %d", info.RingSlots, info.GrowSlots)
+	}
+	if got := c.pool.RegisteredBytes(); got != enlarge.DefaultGrowSlots*enlarge.DefaultSmall {
+		t.Errorf("eager pool of %d B, want %d slots of %d B (the grown ring's)", got, enlarge.DefaultGrowSlots, enlarge.DefaultSmall)
+	}
+}
