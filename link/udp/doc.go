@@ -15,7 +15,7 @@
 // with one source, TOS and size leave as one UDP_SEGMENT message each, which
 // the kernel (or the device) cuts back into the datagrams given; segment k
 // of a message leaves with IPv4 Identification k, so Send moves frame k's
-// ICRC to that ID first (wire.ChangeIPv4ID). The socket receives with
+// ICRC to that ID first (wire.MoveIPv4ID). The socket receives with
 // UDP_GRO and splits coalesced messages by their segment size. Where the
 // kernel refuses UDP_SEGMENT, GSO turns off for the link and says so once
 // (Config.Logger). gso_linux.go and gro_linux.go give the kernel's rules.

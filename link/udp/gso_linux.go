@@ -27,8 +27,9 @@ import (
 // TCP's), numbers the segments from there: segment k leaves with ID k
 // (modulo 2^16; a device segmenting in hardware follows the same rule). So
 // before handing a group of n ≥ 2 frames over, Send moves frame k's
-// Identification to k and its ICRC with it (wire.ChangeIPv4ID: the CRC is
-// linear, so only the check costs a pass over the frame). A single frame
+// Identification to k and its ICRC with it (wire.MoveIPv4ID: the CRC is
+// affine, so the change alone moves it, with no pass over the frame, and a
+// frame sent with a wrong ICRC keeps its error). A single frame
 // leaves as a plain datagram with ID 0, as without GSO. IPv6 has no ID.
 //
 // Where the kernel refuses a UDP_SEGMENT message — EIO before Linux 6.11 on
@@ -178,7 +179,7 @@ func (l *Link) flushGSO() error {
 			off += unix.CmsgSpace(2)
 			if g.v4 {
 				for k, f := range s.frames[g.first : g.first+g.n] {
-					wire.ChangeIPv4ID(f, uint16(k))
+					wire.MoveIPv4ID(f, uint16(k))
 				}
 			}
 		}
@@ -235,7 +236,7 @@ func (l *Link) gsoRefused(e unix.Errno, gi int) error {
 	for _, g := range s.groups[gi:s.ng] {
 		if g.n > 1 && g.v4 {
 			for _, f := range s.frames[g.first : g.first+g.n] {
-				wire.ChangeIPv4ID(f, 0)
+				wire.MoveIPv4ID(f, 0)
 			}
 		}
 	}

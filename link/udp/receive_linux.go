@@ -125,11 +125,16 @@ func (l *Link) rebuild(i int, slot []byte, n int, seg uint16) ([]byte, bool) {
 		// covers: recover it from the ICRC (rxe sends a counter, UDP
 		// sockets 0, or k for segment k of a UDP_SEGMENT message: tried
 		// first) so the frame is the one sent, in captures too. A frame no
-		// Identification explains is left with 0 and fails the engine's
-		// ICRC check.
+		// Identification explains was sent with a wrong ICRC, which a
+		// sender of this package moved by its segment's Identification
+		// (wire.MoveIPv4ID keeps the error): that move is undone, so the
+		// frame arrives as sent, with 0, and fails the engine's ICRC check.
 		if id, ok := wire.RecoverIPv4IDGuess(f, seg); ok && id != 0 {
 			wire.SetIPv4ID(f, id)
 			l.rxStats.idRecovered.Add(1)
+		} else if !ok && seg != 0 {
+			wire.MoveIPv4ID(f, seg)
+			wire.SetIPv4ID(f, 0)
 		}
 		return f, true
 	}

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -85,13 +86,7 @@ func TestRecoverIPv4ID(t *testing.T) {
 // Identification (ICRC updated without rehashing), and moving it back gives
 // the captured bytes; a frame with a wrong ICRC only gets the new ID.
 func TestChangeIPv4ID(t *testing.T) {
-	n := 0
-	for _, f := range rxeFrames(t) {
-		var p wire.Packet
-		if err := p.Decode(f.data); err != nil || p.IPv6 {
-			continue
-		}
-		n++
+	eachIPv4(t, func(f capturedFrame, p *wire.Packet) {
 		g := append([]byte(nil), f.data...)
 		for _, id := range []uint16{p.IPID ^ 1, 0, 0xffff, p.IPID + 17} {
 			icrcOK, ok := wire.ChangeIPv4ID(g, id)
@@ -120,13 +115,77 @@ func TestChangeIPv4ID(t *testing.T) {
 		if string(g) != string(bad) {
 			t.Fatalf("%s: corrupted frame changed beyond its ID", f.String())
 		}
-	}
-	if n < 300 {
-		t.Fatalf("walked %d IPv4 frames: the captures are missing", n)
-	}
+	})
 	first := append([]byte(nil), rxeFrames(t)[0].data...)
 	id := uint16(0)
 	if a := testing.AllocsPerRun(100, func() { id++; wire.ChangeIPv4ID(first, id) }); a != 0 {
 		t.Fatalf("wire.ChangeIPv4ID allocates %v times", a)
+	}
+}
+
+// TestMoveIPv4ID: moving every IPv4 frame rxe sent to other Identifications
+// gives the bytes ChangeIPv4ID gives (a right ICRC stays right); a frame
+// with a wrong ICRC keeps exactly its error, so it is still refused.
+func TestMoveIPv4ID(t *testing.T) {
+	eachIPv4(t, func(f capturedFrame, p *wire.Packet) {
+		g := append([]byte(nil), f.data...)
+		h := append([]byte(nil), f.data...)
+		for _, id := range []uint16{p.IPID ^ 1, 0, 0xffff, p.IPID + 17, p.IPID} {
+			if !wire.MoveIPv4ID(g, id) {
+				t.Fatalf("%s: MoveIPv4ID(%#x) refused", f.String(), id)
+			}
+			wire.ChangeIPv4ID(h, id)
+			if string(g) != string(h) {
+				t.Fatalf("%s: with ID %#x:\n got % x\nwant % x", f.String(), id, g, h)
+			}
+		}
+		if string(g) != string(f.data) {
+			t.Fatalf("%s: back to ID %#x the frame differs", f.String(), p.IPID)
+		}
+		g[len(g)-5] ^= 0x40 // the ICRC is now wrong
+		errBefore := icrcError(t, g)
+		if !wire.MoveIPv4ID(g, p.IPID+1) {
+			t.Fatal("refused")
+		}
+		if e := icrcError(t, g); e != errBefore || e == 0 {
+			t.Fatalf("%s: ICRC error %#x after the move, %#x before", f.String(), e, errBefore)
+		}
+	})
+	if wire.MoveIPv4ID(make([]byte, 40), 1) {
+		t.Error("a 40-byte frame was taken for RoCEv2")
+	}
+	first := append([]byte(nil), rxeFrames(t)[0].data...)
+	id := uint16(0)
+	if a := testing.AllocsPerRun(100, func() { id++; wire.MoveIPv4ID(first, id) }); a != 0 {
+		t.Fatalf("wire.MoveIPv4ID allocates %v times", a)
+	}
+}
+
+// icrcError is the carried ICRC XOR the one computed over frame.
+func icrcError(t *testing.T, frame []byte) uint32 {
+	t.Helper()
+	c, err := wire.ComputeICRC(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := ethLen + int(binary.BigEndian.Uint16(frame[ethLen+2:])) // IPv4 total length: no Ethernet padding
+	return c ^ binary.LittleEndian.Uint32(frame[end-wire.ICRCLen:])
+}
+
+// eachIPv4 calls f for every IPv4 frame rxe sent, decoded, and fails the
+// test when the captures hold fewer than 300.
+func eachIPv4(t *testing.T, f func(capturedFrame, *wire.Packet)) {
+	t.Helper()
+	n := 0
+	for _, c := range rxeFrames(t) {
+		var p wire.Packet
+		if err := p.Decode(c.data); err != nil || p.IPv6 {
+			continue
+		}
+		n++
+		f(c, &p)
+	}
+	if n < 300 {
+		t.Fatalf("walked %d IPv4 frames: the captures are missing", n)
 	}
 }
