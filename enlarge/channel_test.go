@@ -412,7 +412,10 @@ func TestThreePhasesAndStaleKeysRefused(t *testing.T) {
 
 func TestTwoConnectionsPromoteIndependently(t *testing.T) {
 	p1 := newPair(t, nil)
-	p2 := newPair(t, nil)
+	// Five messages one after another can find the credit for the first two
+	// still in flight and grow connection 2's ring (a phase-0 request):
+	// without growth, what is left to see is only connection 1's promotion.
+	p2 := newPair(t, &Config{GrowSlots: -1})
 	promote(t, p1, 4000)
 	for i := 0; i < 5; i++ {
 		promote(t, p2, 200)

@@ -103,12 +103,16 @@ func TestRingGrowsOnDemand(t *testing.T) {
 		}
 		return got == len(msgs)
 	})
-	p.a.mu.Lock()
-	ok, err = p.a.post(AppendReq(nil, Req{Phase: 0, Size: 50}), immReq)
-	p.a.mu.Unlock()
-	if !ok || err != nil {
-		t.Fatalf("post: %v, %v", ok, err)
-	}
+	// once the last credits are back, a second request for phase 0
+	until(t, p, "room for the second request", func() bool {
+		p.a.mu.Lock()
+		ok, err := p.a.post(AppendReq(nil, Req{Phase: 0, Size: 50}), immReq)
+		p.a.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 	until(t, p, "the second request refused", func() bool { return p.b.Stats().ReqRefused == 1 })
 	if s := p.b.Stats(); s.Promotions != 1 || s.RegisteredBytes != DefaultGrowSlots*512+MailboxLen {
 		t.Errorf("receiver after a second phase-0 request: %+v", s)
@@ -137,7 +141,8 @@ func TestRingGrowthRefusedByPeer(t *testing.T) {
 		_, err = p.a.Send(msgs[3:])
 		return err != nil
 	})
-	if s := p.b.Stats(); s.ReqRefused != 1 {
+	until(t, p, "the receiver refusing the request", func() bool { return p.b.Stats().ReqRefused == 1 })
+	if s := p.b.Stats(); s.Promotions != 0 || s.RegisteredBytes != DefaultRingSlots*512+MailboxLen {
 		t.Errorf("receiver: %+v", s)
 	}
 	if !errors.Is(err, ErrAckTimeout) || !strings.Contains(err.Error(), "phase 0") {
