@@ -59,11 +59,11 @@ read back fails the demo.
 With --enlarge the file goes through an enlargement channel ('send
 --enlarge'): the sending direction starts on the server's 4 × 512 B ring
 (16 slots once a burst needs them) and is promoted 512 B → 8 KiB → 128 KiB
-as the messages need it. The demo then
-prints the promotions, each ENLARGE_REQ and ENLARGE_ACK with its frame and
-fields as 'xdproce dump' names them, read from the capture (with --capture ""
-it still captures, into its work directory, removed at exit), and the phase
-the channel reached.
+as the messages need it. The demo then prints the promotions, each
+ENLARGE_REQ and ENLARGE_ACK with its frame and fields as 'xdproce dump'
+names them (an RC retransmission of one marked as such), read from the
+capture (with --capture "" it still captures, into its work directory,
+removed at exit), and the phase the channel reached.
 
 EXAMPLES
   sudo make demo

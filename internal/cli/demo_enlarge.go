@@ -39,6 +39,10 @@ func (d *demo) promotions(e *xfer.EnlargeResult) error {
 	}
 	var fr capture.Frame
 	reqs, acks := 0, 0
+	// A control message is never sent twice by the channel, so a second
+	// frame with the same direction and record is RC's retransmission of
+	// the first (its ACK was late): shown, not counted.
+	seen := make(map[string]bool)
 	for i := 1; ; i++ {
 		if err := r.Next(&fr); errors.Is(err, io.EOF) {
 			break
@@ -47,13 +51,20 @@ func (d *demo) promotions(e *xfer.EnlargeResult) error {
 		}
 		fr.Index = i
 		rec := capture.Describe(&fr)
-		switch {
-		case strings.HasPrefix(rec.Payload, "ENLARGE_REQ"):
-			reqs++
-		case strings.HasPrefix(rec.Payload, "ENLARGE_ACK"):
-			acks++
-		default:
+		isReq := strings.HasPrefix(rec.Payload, "ENLARGE_REQ")
+		if !isReq && !strings.HasPrefix(rec.Payload, "ENLARGE_ACK") {
 			continue
+		}
+		key := rec.Dir + " " + rec.Payload
+		if seen[key] {
+			d.say("retransmitted: frame %d %s %s", rec.Index, rec.Dir, rec.Payload)
+			continue
+		}
+		seen[key] = true
+		if isReq {
+			reqs++
+		} else {
+			acks++
 		}
 		d.say("promotion: frame %d %s %s", rec.Index, rec.Dir, rec.Payload)
 	}
