@@ -301,12 +301,13 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 					return out, rc, err, rerr
 				}
 				out, rc, err, rerr := attempt()
-				if perftestCalibration(out) {
-					// perftest's clock calibration fails now and then under TCG, before or after a
-					// run that went well; that says nothing about xdproce: once more.
+				// perftest's clock calibration fails now and then under TCG, before or after a
+				// run that went well; that says nothing about xdproce: up to twice more (a CI
+				// run saw it fail two attempts in a row).
+				for try := 2; try <= perftestAttempts && perftestCalibration(out); try++ {
 					t.Logf("%v in the guest could not calibrate its clock (%q); running again", c.test, "Can't produce a report")
 					out, rc, err, rerr = attempt()
-					note += " (second attempt: perftest clock calibration failed under TCG)"
+					note += fmt.Sprintf(" (attempt %d: perftest clock calibration failed under TCG)", try)
 				}
 				if rerr != nil || err != nil || rc != 0 {
 					t.Fatalf("xdproce: %v; %v rc %d %v:\n%s", rerr, c.test, rc, err, out)
@@ -318,6 +319,10 @@ func TestPrivilegedInteropFacadePerftest(t *testing.T) {
 		}
 	}
 }
+
+// perftestAttempts is how many times a perftest row runs while perftest in
+// the guest fails to calibrate its clock.
+const perftestAttempts = 3
 
 // perftestCalibration reports whether a perftest run failed its clock calibration (under TCG
 // the cycle counter's correlation with time is sometimes too poor).
