@@ -106,14 +106,11 @@ func ChangeIPv4ID(frame []byte, id uint16) (icrcOK, ok bool) {
 	if err != nil {
 		return false, false
 	}
-	slot := frame[end-ICRCLen:]
-	icrcOK = want == binary.LittleEndian.Uint32(slot)
-	SetIPv4ID(frame, id)
-	if icrcOK {
-		n := uint64(end - ICRCLen - (ip + 6))
-		binary.LittleEndian.PutUint32(slot, want^multModP(shiftAfterID(n), crc0ID(cur^id)))
+	if want != binary.LittleEndian.Uint32(frame[end-ICRCLen:]) {
+		SetIPv4ID(frame, id)
+		return false, true
 	}
-	return icrcOK, true
+	return true, MoveIPv4ID(frame, id)
 }
 
 // MoveIPv4ID writes id into the Identification field of an IPv4 RoCEv2
