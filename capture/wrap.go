@@ -68,6 +68,10 @@ func (c *recorder) Send(frames [][]byte) error {
 	return c.Link.Send(frames)
 }
 
+// ICRCChecked is the wrapped link's (see link.ICRCChecker): recording
+// leaves the frames as they are.
+func (c *recorder) ICRCChecked(i int) bool { return link.ICRCChecked(c.Link, i) }
+
 // Nap is the wrapped link's (see link.Napper).
 func (c *recorder) Nap(timeout time.Duration) error { return link.Nap(c.Link, timeout) }
 

@@ -55,6 +55,23 @@ func Nap(l Link, timeout time.Duration) error {
 	return l.Wait(timeout)
 }
 
+// An ICRCChecker is a Link that verifies the RoCEv2 ICRC of received
+// frames itself, because it computes it anyway (link/udp, to recover the
+// IPv4 Identification the kernel hides). ICRCChecked reports whether frame
+// i of the last Receive (its index in the slice Receive filled) had its
+// ICRC found right over exactly the bytes returned; the roce engine then
+// does not compute it a second time. A link reports false for every frame it
+// did not check, and a wrapper that changes frames must not pass it on.
+type ICRCChecker interface {
+	ICRCChecked(i int) bool
+}
+
+// ICRCChecked is l's ICRCChecked if it is an ICRCChecker, else false.
+func ICRCChecked(l Link, i int) bool {
+	c, ok := l.(ICRCChecker)
+	return ok && c.ICRCChecked(i)
+}
+
 // A Splitter is a Link made of independent queues (link/xsk's MultiQueue:
 // one AF_XDP socket per rx queue, each with its own buffers) that can be
 // shared out among several goroutines. Split(n) returns n links, each

@@ -19,9 +19,10 @@ import (
 // but the doorbell fields and the inboxes' writers' sides.
 type engine struct {
 	d    *Device
-	l    link.Link // this engine's queues (the whole link when it is the only engine)
-	idx  int       // in Device.engs
-	cpus []int     // pinned to these (Options.CPUs; nil: not pinned)
+	l    link.Link        // this engine's queues (the whole link when it is the only engine)
+	chk  link.ICRCChecker // l's, when it verifies ICRCs itself (link/udp); else nil
+	idx  int              // in Device.engs
+	cpus []int            // pinned to these (Options.CPUs; nil: not pinned)
 
 	// Doorbells: queue pairs with work posted, for the next round.
 	bell     atomic.Bool
@@ -79,6 +80,7 @@ func newEngine(d *Device, l link.Link, idx int) *engine {
 		timers: make(timerHeap, 0, 64),
 		room:   make(chan struct{}, 1),
 	}
+	e.chk, _ = l.(link.ICRCChecker)
 	e.tx.init(l, 64)
 	return e
 }
@@ -146,7 +148,7 @@ func (e *engine) run(started chan<- error) {
 		}
 		if !multi {
 			for i := 0; i < n; i++ {
-				e.inputOwn(e.rx[i], now, false)
+				e.inputOwn(e.rx[i], now, false, e.chk != nil && e.chk.ICRCChecked(i))
 			}
 		}
 		e.collect(now)
@@ -299,7 +301,8 @@ func (e *engine) schedule(q *qpEntry) {
 // only for queue pairs connected with selective repeat (docs/sr-wire.md). A frame with a bad
 // ICRC is dropped and counted: links that rebuild headers
 // (link.Props.SyntheticHeaders) put the sender's IPv4 Identification back
-// themselves (link/udp recovers it from the ICRC).
+// themselves (link/udp recovers it from the ICRC, which verifies it: a
+// frame it reports checked, link.ICRCChecker, is not hashed again).
 //
 // On a device of several engines input hands a frame for another engine's
 // queue pair over to it before decoding it (the owner checks it); inputOwn
@@ -318,14 +321,15 @@ func (e *engine) input(frame []byte, now int64) bool {
 			return true
 		}
 	}
-	e.inputOwn(frame, now, false)
+	e.inputOwn(frame, now, false, false)
 	return true
 }
 
 // inputOwn is input for a frame whose queue pair is this engine's, or
 // none's; handed says another engine received it (handoff.go): it was
-// counted there, and goes to no other engine.
-func (e *engine) inputOwn(frame []byte, now int64, handed bool) {
+// counted there, and goes to no other engine. checked says the link
+// verified the frame's ICRC (link.ICRCChecker): it is not computed again.
+func (e *engine) inputOwn(frame []byte, now int64, handed, checked bool) {
 	if !handed {
 		e.rxFrames++
 		e.rxBytes += uint64(len(frame))
@@ -341,6 +345,9 @@ func (e *engine) inputOwn(frame []byte, now int64, handed bool) {
 	}
 	if e.d.srQPs.Load() > 0 {
 		flags |= wire.AcceptSR
+	}
+	if checked {
+		flags |= wire.ICRCChecked
 	}
 	if err := p.DecodeWith(frame, flags); err != nil {
 		switch {

@@ -182,7 +182,7 @@ func (e *engine) inputHanded(now int64) {
 			continue
 		}
 		for f := r.next(); f != nil; f = r.next() {
-			e.inputOwn(f, now, true)
+			e.inputOwn(f, now, true, false)
 		}
 	}
 }

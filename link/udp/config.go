@@ -68,4 +68,7 @@ type Stats struct {
 	TxInvalid       uint64 // frames that are not Ethernet/IP/UDP, or not from Alloc
 	TxGSOSends      uint64 // UDP_SEGMENT messages of two or more frames accepted by the kernel
 	RxGROCoalesced  uint64 // received messages that held two or more datagrams (UDP_GRO)
+	// RxGROCopied counts datagrams of UDP_GRO messages that did not land in
+	// a frame slot of their own and were copied into one (gro_linux.go).
+	RxGROCopied uint64
 }

@@ -16,7 +16,10 @@
 // the kernel (or the device) cuts back into the datagrams given; segment k
 // of a message leaves with IPv4 Identification k, so Send moves frame k's
 // ICRC to that ID first (wire.MoveIPv4ID). The socket receives with
-// UDP_GRO and splits coalesced messages by their segment size. Where the
+// UDP_GRO and splits coalesced messages by their segment size, each
+// message scattered over frame slots cut to the size of the last long run,
+// so that the frames of a stream are returned where they landed, with no
+// copy (Stats.RxGROCopied counts those that were copied). Where the
 // kernel refuses UDP_SEGMENT, GSO turns off for the link and says so once
 // (Config.Logger). gso_linux.go and gro_linux.go give the kernel's rules.
 //
@@ -32,7 +35,10 @@
 // Receive solves for the Identification that makes the ICRC right
 // (wire.RecoverIPv4ID) and writes it into the frame, so the frame is the one
 // sent (Stats.RxIPIDRecovered counts non-zero ones). A frame that no
-// Identification explains keeps 0 and fails the engine's ICRC check.
+// Identification explains keeps 0 and fails the engine's ICRC check;
+// the ICRC of one it recovered was verified on the way, so the link
+// reports it checked (ICRCChecked, link.ICRCChecker) and the engine does
+// not hash the frame a second time.
 //
 // The socket is bound to Config.Addr (all addresses, dual-stack, when unset)
 // and port 4791 by default; frames go to their destination IP at

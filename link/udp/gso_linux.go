@@ -94,9 +94,14 @@ func (s *gsoState) init(batch int, pktinfo bool, nameLen uint32) {
 }
 
 // joins reports whether a frame of ft with size payload bytes may follow
-// group g.
+// group g. A shorter frame ends a group of two or more, but does not join
+// a single frame: a stream of long WRITEs then goes as [FIRST] and [MIDDLE
+// … LAST] (FIRST is RETH's 16 bytes longer) rather than [FIRST, MIDDLE] and
+// [MIDDLE … LAST], as many messages, and the receiver, whose frame slots
+// are cut to the runs' segment size (gro_linux.go), copies one frame of
+// each WRITE instead of two.
 func (g *group) joins(ft *frameInfo, size int) bool {
-	return !g.short && g.n < maxSegs && size > 0 && size <= g.size &&
+	return !g.short && g.n < maxSegs && size > 0 && (size == g.size || size < g.size && g.n > 1) &&
 		g.n*g.size+size <= maxGSOBytes && ft.v4 == g.v4 && ft.tos == g.tos &&
 		ft.dst == g.dst && ft.src == g.src
 }

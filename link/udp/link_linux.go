@@ -48,6 +48,11 @@ type Link struct {
 	rxNames []unix.RawSockaddrInet6
 	rxCtl   []byte
 	rxMax   int // payload bytes a slot takes
+	// rxChecked[k]: frame k of the last Receive had its ICRC verified by
+	// rebuild (ICRCChecked); checked is rebuild's answer for the frame it
+	// just made.
+	rxChecked []bool
+	checked   bool
 
 	// Transmit side.
 	pool    bufpool.Pool
@@ -61,13 +66,20 @@ type Link struct {
 	gro    bool        // the socket receives with UDP_GRO
 	log    *slog.Logger
 	gsoTx  gsoState
-	groBuf [][]byte // coalesced datagrams, one per message
-	pend   pending  // segments received and not yet returned
+	groBuf [][]byte     // coalesced datagrams, one region (groRegion) per message
+	groIov []unix.Iovec // groIovs+1 per message: the region's slots and tail
+	// groPredict is the slot size the next recvmmsg lays regions out in:
+	// the last coalesced message's segment size. groLaidS, groLaidK and
+	// groLaidN are the layout of the first groLaidN messages now (slot
+	// size, slots): what the messages of the last recvmmsg landed in.
+	groPredict                   int
+	groLaidS, groLaidK, groLaidN int
+	pend                         pending // segments received and not yet returned
 
 	pfd     [2]unix.PollFd
 	ts      unix.Timespec
 	efdBuf  [8]byte
-	rxStats struct{ frames, truncated, invalid, idRecovered, coalesced atomic.Uint64 }
+	rxStats struct{ frames, truncated, invalid, idRecovered, coalesced, groCopied atomic.Uint64 }
 	txStats struct{ frames, dropped, errors, invalid, gso atomic.Uint64 }
 }
 
@@ -297,6 +309,7 @@ func (l *Link) initBuffers(cfg Config) {
 	l.rxHdrs = make([]mmsghdr, n)
 	l.rxIov = make([]unix.Iovec, n)
 	l.rxNames = make([]unix.RawSockaddrInet6, n)
+	l.rxChecked = make([]bool, n)
 	l.rxCtl = make([]byte, n*cmsgRoom)
 	for i := range n {
 		l.rxSlots[i] = back[i*slot : (i+1)*slot : (i+1)*slot]
@@ -333,12 +346,13 @@ func (l *Link) initBuffers(cfg Config) {
 		}
 	}
 	if l.gro {
-		back := make([]byte, n*groSlot)
+		back := make([]byte, n*groRegion)
 		l.groBuf = make([][]byte, n)
+		l.groIov = make([]unix.Iovec, n*(groIovs+1))
 		for i := range n {
-			l.groBuf[i] = back[i*groSlot : (i+1)*groSlot : (i+1)*groSlot]
-			l.rxIov[i].Base = &l.groBuf[i][0]
+			l.groBuf[i] = back[i*groRegion : (i+1)*groRegion : (i+1)*groRegion]
 		}
+		l.groPredict = l.rxMax
 	}
 	l.gsoTx.init(n, l.pktinfo, nameLen)
 	l.pfd[0] = unix.PollFd{Fd: int32(l.fd), Events: unix.POLLIN}
@@ -365,5 +379,6 @@ func (l *Link) Stats() Stats {
 		TxInvalid:       l.txStats.invalid.Load(),
 		TxGSOSends:      l.txStats.gso.Load(),
 		RxGROCoalesced:  l.rxStats.coalesced.Load(),
+		RxGROCopied:     l.rxStats.groCopied.Load(),
 	}
 }

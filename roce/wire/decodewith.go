@@ -16,10 +16,15 @@ const (
 	// docs/sr-wire.md). Without it they are ErrUnknownOpcode: a queue pair
 	// that did not negotiate selective repeat never reads one.
 	AcceptSR
+	// ICRCChecked skips the ICRC check: the caller has verified the ICRC of
+	// exactly these bytes itself (link/udp does, recovering the IPv4
+	// Identification the kernel hid). Packet.ICRC is still read from the
+	// frame. Without it a wrong ICRC is ErrBadICRC.
+	ICRCChecked
 )
 
 // DecodeWith is Decode (flags 0) or DecodeWritable (InPlace), widened by
-// AcceptOOO and AcceptSR. It does not allocate and does not panic on any input.
+// AcceptOOO and AcceptSR, narrowed by ICRCChecked. It does not allocate and does not panic on any input.
 func (p *Packet) DecodeWith(frame []byte, flags DecodeFlags) error {
 	return p.decode(frame, flags)
 }

@@ -252,6 +252,9 @@ func (p *Packet) decode(frame []byte, flags DecodeFlags) error {
 	if !p.IPv6 && ipv4Checksum(ip) != 0 {
 		return errIPv4Checksum
 	}
+	if flags&ICRCChecked != 0 {
+		return nil
+	}
 	var crc uint32
 	if flags&InPlace != 0 {
 		ipOff := len(frame) - len(b)
