@@ -22,18 +22,18 @@ import (
 // Each message is received into a 64 KiB region, scattered (one iovec
 // each) over frame slots of the segment size of the last coalesced message
 // of three segments or more, each behind room for the headers Receive
-// rebuilds. (Shorter ones do not set it: a sender grouping frames of equal
-// size, the last of a group shorter, as UDP_SEGMENT and GRO allow, sends a
-// stream of 64 KiB WRITEs at PMTU 4096 as [FIRST, MIDDLE] — RETH makes FIRST
-// 16 bytes longer — and [MIDDLE × 13, LAST]; the pairs would switch the
-// layout every message: 55 % of the frames copied instead of 12 %.) In a
-// stream of
-// equal segments each lands in a slot of its own and is returned where it
-// is, with no copy (the receiver's largest copy before this: ~12 % of a
-// `bench write` server's CPU at MTU 9000). A segment that does not start a
-// slot or is longer than one (another size than predicted, or beyond the
-// slots, in the region's tail) is gathered into a frame slot, as every
-// segment was before. What Receive has not returned waits for the next call.
+// rebuilds. In a stream of equal segments each lands in a slot of its own
+// and is returned where it is, with no copy (the receiver's largest copy
+// before this: ~12 % of a `bench write` server's CPU at MTU 9000). A
+// segment that does not start a slot or is longer than one (another size
+// than predicted, or beyond the slots, in the region's tail) is gathered
+// into a frame slot, as every segment was before. Shorter messages do not
+// set the size: a sender whose groups may end with a shorter frame, as
+// UDP_SEGMENT and GRO allow, can send a stream of 64 KiB WRITEs at PMTU
+// 4096 as [FIRST, MIDDLE] (RETH makes FIRST 16 bytes longer) and [MIDDLE …
+// LAST], and the pairs would switch the layout every message: 55 % of the
+// frames copied instead of 12.5 % (this package's sender sends FIRST alone,
+// gso_linux.go: 6 %). What Receive has not returned waits for the next call.
 
 // groSlot is the bytes one message can hold.
 const groSlot = 1 << 16

@@ -69,7 +69,8 @@ type Link struct {
 	groBuf [][]byte     // coalesced datagrams, one region (groRegion) per message
 	groIov []unix.Iovec // groIovs+1 per message: the region's slots and tail
 	// groPredict is the slot size the next recvmmsg lays regions out in:
-	// the last coalesced message's segment size. groLaidS, groLaidK and
+	// the segment size of the last coalesced message of three segments or
+	// more (gro_linux.go). groLaidS, groLaidK and
 	// groLaidN are the layout of the first groLaidN messages now (slot
 	// size, slots): what the messages of the last recvmmsg landed in.
 	groPredict                   int
