@@ -144,6 +144,12 @@ func (l *Link) rebuild(i int, slot []byte, n int, seg uint16) ([]byte, bool) {
 		// frame arrives as sent, with 0, and fails the engine's ICRC check.
 		// Recovering it verifies the ICRC (ok: right for the Identification
 		// now in the frame), which the engine then skips (ICRCChecked).
+		// Sixteen unknown bits against a 32-bit check: one wrong ICRC in
+		// 65536 is explained by some Identification and passes, where the
+		// engine's own check on a link that keeps the field would catch
+		// it. Corruption on the wire is caught before (Ethernet's FCS, the
+		// UDP checksum when the sender sets one); what is left is a sender
+		// computing a wrong ICRC.
 		id, ok := wire.RecoverIPv4IDGuess(f, seg)
 		l.checked = ok
 		if ok && id != 0 {
