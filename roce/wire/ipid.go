@@ -49,16 +49,17 @@ func RecoverIPv4IDGuess(frame []byte, guess uint16) (id uint16, ok bool) {
 	}
 	// Bytes hashed after the Identification field (the ICRC is not hashed).
 	n := uint64(end - ICRCLen - (ip + 6))
-	shift := shiftAfterID(n)
-	if guess != cur && multModP(shift, crc0ID(cur^guess)) == delta {
+	if guess != cur && idDelta(n, cur^guess) == delta {
 		return guess, true
 	}
+	var cols idColumns
+	columnsFor(n, &cols)
 	// Elimination rows keyed by their top bit, each with the set of ID bits
 	// it combines.
 	var rows [32]uint32
 	var masks [32]uint16
-	for i, b := range idBasis {
-		v, m := multModP(shift, b), uint16(1)<<i
+	for i, v := range cols {
+		m := uint16(1) << i
 		for v != 0 {
 			hb := 31 - bits.LeadingZeros32(v)
 			if rows[hb] == 0 {
@@ -138,19 +139,8 @@ func MoveIPv4ID(frame []byte, id uint16) bool {
 	SetIPv4ID(frame, id)
 	slot := frame[end-ICRCLen:]
 	n := uint64(end - ICRCLen - (ip + 6))
-	binary.LittleEndian.PutUint32(slot, binary.LittleEndian.Uint32(slot)^multModP(shiftAfterID(n), crc0ID(cur^id)))
+	binary.LittleEndian.PutUint32(slot, binary.LittleEndian.Uint32(slot)^idDelta(n, cur^id))
 	return true
-}
-
-// crc0ID is crc0 of the two Identification bytes x (big-endian).
-func crc0ID(x uint16) uint32 {
-	var d uint32
-	for i := 0; x != 0; x, i = x>>1, i+1 {
-		if x&1 != 0 {
-			d ^= idBasis[i]
-		}
-	}
-	return d
 }
 
 // lastShift caches X^(8n) mod P for the last n asked (n in the high 32 bits):
