@@ -126,6 +126,7 @@ func (e *engine) run(started chan<- error) {
 		coalesce = 0
 	}
 	var active int64 // time of the last round that did something
+	var woke uint64  // qp.WokeWaiters when this engine last went to sleep
 	multi := len(d.engs) > 1
 	for !d.closing.Load() {
 		now := d.now()
@@ -211,24 +212,53 @@ func (e *engine) run(started chan<- error) {
 				timeout = t
 			}
 		}
+		// Before a wait (not a nap, which ends by itself within
+		// RxCoalesce), let a goroutine that a completion woke since this
+		// engine last slept run on this thread first when every other P
+		// is held by an engine asleep. The wait is a system call that
+		// keeps this goroutine's P, and the woken goroutine sits in that
+		// P's run queue: with a P free an idle thread takes it within a
+		// few microseconds, but with every P so held (several devices in
+		// one process: two link/udp devices, or a daemon's clients in its
+		// own process as its benchmarks run) it waits for the runtime's
+		// monitor to take a P back, 150-450 µs here. Measured on the
+		// 2-vCPU test VM (docs/status.md, issue 17): an 8-byte SEND round
+		// trip between two clients of a daemon 391-418 µs p50, 130-159
+		// with this. Yielding before every sleep cost bench write 17 %
+		// (one device: its woken goroutine then runs beside the engine,
+		// not after it). Not for an engine locked to its thread
+		// (Options.CPUs): its Gosched hands the P to another thread and
+		// back, two wake-ups.
+		if w := qp.WokeWaiters(); w != woke {
+			woke = w
+			if len(e.cpus) == 0 && !nap && int(enginesAsleep.Load())+1 >= runtime.GOMAXPROCS(0) {
+				runtime.Gosched()
+			}
+		}
 		e.sleeping.Store(true)
 		if e.bell.Load() || d.closing.Load() || multi && e.handedPending() {
 			e.sleeping.Store(false)
 			continue
 		}
 		var werr error
+		enginesAsleep.Add(1)
 		if nap {
 			e.naps++
 			werr = link.Nap(e.l, timeout)
 		} else {
 			werr = e.l.Wait(timeout)
 		}
+		enginesAsleep.Add(-1)
 		e.sleeping.Store(false)
 		if werr != nil && errors.Is(werr, link.ErrClosed) {
 			return
 		}
 	}
 }
+
+// enginesAsleep counts the process's engines blocked in their link's
+// Wait or Nap (each holding a P meanwhile).
+var enginesAsleep atomic.Int32
 
 // collect builds this round's work list beyond the queue pairs that received
 // frames: those starved last round, those whose doorbell rang, those whose

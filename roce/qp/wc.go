@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/xdproce/xdproce/roce/wire"
 )
@@ -108,13 +109,14 @@ var ErrCQOverflow = errors.New("qp: completion queue overflow")
 // A CQ is a completion queue. Poll and Wait are safe for concurrent use, also
 // with the engine adding completions.
 type CQ struct {
-	mu     sync.Mutex
-	ring   []WC // grows on demand (push) up to depth
-	depth  int
-	head   int // index of the oldest WC
-	n      int
-	lost   uint64 // completions that did not fit
-	notify chan struct{}
+	mu      sync.Mutex
+	ring    []WC // grows on demand (push) up to depth
+	depth   int
+	head    int // index of the oldest WC
+	n       int
+	lost    uint64 // completions that did not fit
+	notify  chan struct{}
+	waiting atomic.Int32 // goroutines blocked in Wait
 	// afterPush, set by tests only, runs after each completion is added
 	// (on the engine's goroutine, outside the lock).
 	afterPush func()
@@ -181,11 +183,14 @@ func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 			}
 			return n, err
 		}
+		c.waiting.Add(1)
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
+			c.waiting.Add(-1)
 			return 0, ctx.Err()
 		}
+		c.waiting.Add(-1)
 	}
 }
 
@@ -227,6 +232,17 @@ func (c *CQ) grow() {
 func (c *CQ) wake() {
 	select {
 	case c.notify <- struct{}{}:
+		if c.waiting.Load() > 0 {
+			wokeWaiters.Add(1)
+		}
 	default:
 	}
 }
+
+// wokeWaiters counts wake-ups of a goroutine blocked in some CQ's Wait.
+var wokeWaiters atomic.Uint64
+
+// WokeWaiters returns how many times, process-wide, a completion woke a
+// goroutine blocked in a CQ's Wait. The roce engine compares it before it
+// sleeps (engine.go: it then lets that goroutine run first).
+func WokeWaiters() uint64 { return wokeWaiters.Load() }
