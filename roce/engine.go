@@ -212,28 +212,8 @@ func (e *engine) run(started chan<- error) {
 				timeout = t
 			}
 		}
-		// Before a wait (not a nap, which ends by itself within
-		// RxCoalesce), let a goroutine that a completion woke since this
-		// engine last slept run on this thread first when every other P
-		// is held by an engine asleep. The wait is a system call that
-		// keeps this goroutine's P, and the woken goroutine sits in that
-		// P's run queue: with a P free an idle thread takes it within a
-		// few microseconds, but with every P so held (several devices in
-		// one process: two link/udp devices, or a daemon's clients in its
-		// own process as its benchmarks run) it waits for the runtime's
-		// monitor to take a P back, 150-450 µs here. Measured on the
-		// 2-vCPU test VM (docs/status.md, issue 17): an 8-byte SEND round
-		// trip between two clients of a daemon 391-418 µs p50, 130-159
-		// with this. Yielding before every sleep cost bench write 17 %
-		// (one device: its woken goroutine then runs beside the engine,
-		// not after it). Not for an engine locked to its thread
-		// (Options.CPUs): its Gosched hands the P to another thread and
-		// back, two wake-ups.
-		if w := qp.WokeWaiters(); w != woke {
-			woke = w
-			if len(e.cpus) == 0 && !nap && int(enginesAsleep.Load())+1 >= runtime.GOMAXPROCS(0) {
-				runtime.Gosched()
-			}
+		if !nap {
+			e.yieldToWoken(&woke) // yield.go
 		}
 		e.sleeping.Store(true)
 		if e.bell.Load() || d.closing.Load() || multi && e.handedPending() {
@@ -241,7 +221,7 @@ func (e *engine) run(started chan<- error) {
 			continue
 		}
 		var werr error
-		enginesAsleep.Add(1)
+		enginesAsleep.Add(1) // yield.go
 		if nap {
 			e.naps++
 			werr = link.Nap(e.l, timeout)
@@ -255,10 +235,6 @@ func (e *engine) run(started chan<- error) {
 		}
 	}
 }
-
-// enginesAsleep counts the process's engines blocked in their link's
-// Wait or Nap (each holding a P meanwhile).
-var enginesAsleep atomic.Int32
 
 // collect builds this round's work list beyond the queue pairs that received
 // frames: those starved last round, those whose doorbell rang, those whose
