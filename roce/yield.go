@@ -17,11 +17,11 @@ import (
 // as its benchmarks run) it waits for the runtime's monitor to take a P
 // back, 150-450 µs here. Measured on the 2-vCPU test VM (docs/status.md,
 // issue 17): an 8-byte SEND round trip between two clients of a daemon
-// 391-418 µs p50, 130-159 with this. Yielding before every sleep cost
-// bench write 17 % (one device: its woken goroutine then runs beside the
-// engine, not after it). Not for an engine locked to its thread
-// (Options.CPUs): its Gosched hands the P to another thread and back, two
-// wake-ups.
+// 391-418 µs p50, 130-159 with this. Yielding before every wait, whether
+// or not a P was free, cost bench write 17 % (one device: without the
+// yield its woken goroutine runs on the free P beside the engine, with it
+// after the engine). Not for an engine locked to its thread (Options.CPUs):
+// its Gosched hands the P to another thread and back, two wake-ups.
 
 // enginesAsleep counts the process's engines blocked in their link's Wait
 // or Nap (each holding a P meanwhile).
