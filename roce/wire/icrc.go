@@ -19,12 +19,12 @@ import (
 // Two ways to compute it. Where the frame may be written (Encode, SetICRC,
 // DecodeWritable), icrcInPlace masks the variant fields in the frame itself,
 // overwriting the 8 bytes before the IP header (part of the Ethernet header)
-// with the leading ones, hashes the whole span in one crc32.Update (PCLMULQDQ
-// on amd64) and puts the saved bytes back. Where it may not (Decode,
+// with the leading ones, hashes the whole span in one crcBulk (hash/crc32, or
+// four-way AVX-512 folding: crc_amd64.go) and puts the saved bytes back. Where it may not (Decode,
 // ComputeICRC, VerifyICRC), icrc masks the headers (at most 88 bytes) in a
 // stack copy and hashes them with a slicing-by-8 table in this package
 // (hash/crc32 calls through a function variable, so a stack buffer handed to
-// it would escape and allocate), then the payload with crc32.Update.
+// it would escape and allocate), then the payload with crcBulk.
 
 var crcTab [8][256]uint32
 
@@ -93,7 +93,7 @@ func icrc(ip []byte, v6 bool, l4 []byte) uint32 {
 	crc := crcUpdate(0, h[:n+8+BTHLen])
 	rest := l4[8+BTHLen : len(l4)-ICRCLen]
 	if len(rest) >= 64 {
-		return crc32.Update(crc, crc32.IEEETable, rest)
+		return crcBulk(crc, rest)
 	}
 	return crcUpdate(crc, rest)
 }
@@ -130,10 +130,10 @@ func icrcInPlace(b []byte, ipLen int, v6 bool) uint32 {
 		binary.LittleEndian.PutUint32(b[16:], ip1|maskIPv4TTL)
 	}
 	binary.LittleEndian.PutUint64(u, udp|maskUDP)
-	// One pass: PCLMULQDQ over the 16-byte blocks from 64 bytes up, its
-	// own slicing-by-8 for the rest. Below 64 bytes (an ACK hashes 52)
+	// One pass: crcBulk (PCLMULQDQ over the 16-byte blocks from 64 bytes
+	// up, hash/crc32's slicing-by-8 for the rest). Below 64 bytes (an ACK hashes 52)
 	// crcUpdate was measured no faster, despite the indirect calls.
-	crc := crc32.Update(0, crc32.IEEETable, b)
+	crc := crcBulk(0, b)
 	binary.LittleEndian.PutUint64(u, udp)
 	binary.LittleEndian.PutUint32(b[16:], ip1)
 	binary.LittleEndian.PutUint64(b[8:], ip0)
