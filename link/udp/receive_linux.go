@@ -150,7 +150,7 @@ func (l *Link) rebuild(i int, slot []byte, n int, seg uint16) ([]byte, bool) {
 		// it. Corruption on the wire is caught before (Ethernet's FCS, the
 		// UDP checksum when the sender sets one); what is left is a sender
 		// computing a wrong ICRC.
-		id, ok := wire.RecoverIPv4IDGuess(f, seg)
+		id, ok := wire.RecoverIPv4IDGuessInPlace(f, seg)
 		l.checked = ok
 		if ok && id != 0 {
 			wire.SetIPv4ID(f, id)

@@ -31,7 +31,8 @@ func addSeeds(f *testing.F) {
 }
 
 // FuzzDecode: Decode never panics; DecodeWritable gives the same Packet and
-// error and leaves the frame as it was; AcceptOOO changes only the verdict
+// error and leaves the frame as it was, as RecoverIPv4IDGuessInPlace does,
+// which agrees with RecoverIPv4IDGuess; AcceptOOO changes only the verdict
 // on OOO opcodes (checkWritable); a frame that decodes (with AcceptOOO)
 // re-encodes to the same bytes (up to the end of the IP packet); a frame
 // whose only fault is a checksum re-encodes to one that decodes cleanly.
@@ -43,6 +44,13 @@ func FuzzDecode(f *testing.F) {
 		err := checkWritable(t, "fuzz input", data)
 		if perr := p.DecodeWith(data, acceptVendor); perr != err {
 			t.Fatalf("Decode: %v, then %v", err, perr)
+		}
+		// Recovering the IPv4 ID in place answers as the copying way and
+		// leaves the frame as it was.
+		inPlace := bytes.Clone(data)
+		id1, ok1 := wire.RecoverIPv4IDGuess(data, 3)
+		if id2, ok2 := wire.RecoverIPv4IDGuessInPlace(inPlace, 3); id1 != id2 || ok1 != ok2 || !bytes.Equal(inPlace, data) {
+			t.Fatalf("RecoverIPv4IDGuess %#x %v, InPlace %#x %v (frame unchanged: %v)", id1, ok1, id2, ok2, bytes.Equal(inPlace, data))
 		}
 		if qpn, ok := wire.PeekDestQPN(data); err == nil && (!ok || qpn != p.BTH.DestQPN) {
 			t.Fatalf("decoded QPN %#x, PeekDestQPN %#x %v", p.BTH.DestQPN, qpn, ok)

@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
@@ -40,10 +41,17 @@ func TestRecoverIPv4ID(t *testing.T) {
 		if !ok || id != p.IPID {
 			t.Fatalf("%s: rebuilt with ID 0: got %#x, %v; want %#x", f.String(), id, ok, p.IPID)
 		}
-		// A right guess and a wrong one give the same answer.
+		// A right guess and a wrong one give the same answer, hashing a
+		// copy of the headers or the frame in place (which it leaves as
+		// it was).
 		for _, guess := range []uint16{p.IPID, p.IPID + 1} {
 			if id, ok := wire.RecoverIPv4IDGuess(g, guess); !ok || id != p.IPID {
 				t.Fatalf("%s: guessing %#x: got %#x, %v; want %#x", f.String(), guess, id, ok, p.IPID)
+			}
+			before := bytes.Clone(g)
+			if id, ok := wire.RecoverIPv4IDGuessInPlace(g, guess); !ok || id != p.IPID || !bytes.Equal(g, before) {
+				t.Fatalf("%s: in place, guessing %#x: got %#x, %v (frame unchanged: %v); want %#x",
+					f.String(), guess, id, ok, bytes.Equal(g, before), p.IPID)
 			}
 		}
 		wire.SetIPv4ID(g, id)
@@ -63,7 +71,7 @@ func TestRecoverIPv4ID(t *testing.T) {
 			pos++
 		}
 		g[pos] ^= byte(1 + rng.IntN(255))
-		if _, ok := wire.RecoverIPv4ID(g); ok {
+		if _, ok := wire.RecoverIPv4IDGuessInPlace(g, 1); ok {
 			refused-- // explained by chance: about 2^-16 per frame
 		} else {
 			refused++
@@ -78,6 +86,9 @@ func TestRecoverIPv4ID(t *testing.T) {
 	first := rxeFrames(t)[0].data
 	if a := testing.AllocsPerRun(100, func() { wire.RecoverIPv4ID(first) }); a != 0 {
 		t.Fatalf("wire.RecoverIPv4ID allocates %v times", a)
+	}
+	if a := testing.AllocsPerRun(100, func() { wire.RecoverIPv4IDGuessInPlace(first, 0) }); a != 0 {
+		t.Fatalf("wire.RecoverIPv4IDGuessInPlace allocates %v times", a)
 	}
 }
 
