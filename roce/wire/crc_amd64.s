@@ -2,57 +2,35 @@
 
 #include "textflag.h"
 
-// Folding constants for the bit-reflected CRC-32 (IEEE 802.3), each 128-bit
-// lane's (low, high) quadword pair repeated in the four lanes of a ZMM
-// register: bitreflect32(x^n mod P) << 1 for n = d+32 (low) and d-32 (high),
-// d the folding distance in bits (Intel's "Fast CRC Computation for Generic
-// Polynomials Using PCLMULQDQ"). d = 2048 folds each of four accumulators
-// over the next 256 bytes; the others below merge the accumulators. A wrong constant fails
-// TestCRCBulk, which compares with hash/crc32.
-DATA fold2048<>+0(SB)/8, $0x11542778a
-DATA fold2048<>+8(SB)/8, $0x1322d1430
-DATA fold2048<>+16(SB)/8, $0x11542778a
-DATA fold2048<>+24(SB)/8, $0x1322d1430
-DATA fold2048<>+32(SB)/8, $0x11542778a
-DATA fold2048<>+40(SB)/8, $0x1322d1430
-DATA fold2048<>+48(SB)/8, $0x11542778a
-DATA fold2048<>+56(SB)/8, $0x1322d1430
-GLOBL fold2048<>(SB), RODATA, $64
+// Folding constants for the bit-reflected CRC-32 (IEEE 802.3):
+// bitreflect32(x^n mod P) << 1 for n = d+32 (a lane's low quadword) and
+// d-32 (its high one), d the folding distance in bits (Intel's "Fast CRC
+// Computation for Generic Polynomials Using PCLMULQDQ"). A wrong constant
+// fails TestCRCBulk, which compares with hash/crc32.
+//
+// FOLD4 names 64 bytes holding the pair (lo, hi) in each of four lanes.
+#define FOLD4(name, lo, hi) \
+	DATA name<>+0(SB)/8, $lo \
+	DATA name<>+8(SB)/8, $hi \
+	DATA name<>+16(SB)/8, $lo \
+	DATA name<>+24(SB)/8, $hi \
+	DATA name<>+32(SB)/8, $lo \
+	DATA name<>+40(SB)/8, $hi \
+	DATA name<>+48(SB)/8, $lo \
+	DATA name<>+56(SB)/8, $hi \
+	GLOBL name<>(SB), RODATA, $64
 
-// The fold of the last four accumulators onto the fourth: distances 1536,
-// 1024 and 512 bits.
-DATA fold1536<>+0(SB)/8, $0x1821d8bc0
-DATA fold1536<>+8(SB)/8, $0x12e958ac4
-DATA fold1536<>+16(SB)/8, $0x1821d8bc0
-DATA fold1536<>+24(SB)/8, $0x12e958ac4
-DATA fold1536<>+32(SB)/8, $0x1821d8bc0
-DATA fold1536<>+40(SB)/8, $0x12e958ac4
-DATA fold1536<>+48(SB)/8, $0x1821d8bc0
-DATA fold1536<>+56(SB)/8, $0x12e958ac4
-GLOBL fold1536<>(SB), RODATA, $64
+// d = 2048: each of four accumulators over the next 256 bytes.
+FOLD4(fold2048, 0x11542778a, 0x1322d1430)
 
-DATA fold1024<>+0(SB)/8, $0x1e88ef372
-DATA fold1024<>+8(SB)/8, $0x14a7fe880
-DATA fold1024<>+16(SB)/8, $0x1e88ef372
-DATA fold1024<>+24(SB)/8, $0x14a7fe880
-DATA fold1024<>+32(SB)/8, $0x1e88ef372
-DATA fold1024<>+40(SB)/8, $0x14a7fe880
-DATA fold1024<>+48(SB)/8, $0x1e88ef372
-DATA fold1024<>+56(SB)/8, $0x14a7fe880
-GLOBL fold1024<>(SB), RODATA, $64
+// The first three accumulators onto the fourth: d = 1536, 1024, 512 (512
+// also folds one accumulator over the next 64 bytes).
+FOLD4(fold1536, 0x1821d8bc0, 0x12e958ac4)
+FOLD4(fold1024, 0x1e88ef372, 0x14a7fe880)
+FOLD4(fold512, 0x154442bd4, 0x1c6e41596)
 
-DATA fold512<>+0(SB)/8, $0x154442bd4
-DATA fold512<>+8(SB)/8, $0x1c6e41596
-DATA fold512<>+16(SB)/8, $0x154442bd4
-DATA fold512<>+24(SB)/8, $0x1c6e41596
-DATA fold512<>+32(SB)/8, $0x154442bd4
-DATA fold512<>+40(SB)/8, $0x1c6e41596
-DATA fold512<>+48(SB)/8, $0x154442bd4
-DATA fold512<>+56(SB)/8, $0x1c6e41596
-GLOBL fold512<>(SB), RODATA, $64
-
-// The fold of a ZMM register's first three 128-bit lanes onto its fourth:
-// distances 384, 256 and 128 bits; the fourth lane's pair is zero.
+// A ZMM register's first three 128-bit lanes onto its fourth: d = 384, 256
+// and 128 bits; the fourth lane's pair is zero.
 DATA foldLanes<>+0(SB)/8, $0x03db1ecdc
 DATA foldLanes<>+8(SB)/8, $0x174359406
 DATA foldLanes<>+16(SB)/8, $0x0f1da05aa

@@ -20,7 +20,7 @@ func TestCRCBulk(t *testing.T) {
 	for i := range buf {
 		buf[i] = byte(rng.Uint32())
 	}
-	lens := []int{0, 1, 63, 64, 255, 256, 257, foldMin - 1, foldMin, foldMin + 1, 767, 768, 769, 1023, 1024, 1025,
+	lens := []int{0, 1, 15, 16, 63, 64, foldMin - 1, foldMin, foldMin + 1, 271, 272, 319, 320, 511, 512, 767, 768, 769, 1023, 1024, 1025,
 		4096 + 12 + 8, 4096 + 60, 8192, 9000, 16384 + 255, 19000}
 	for range 300 {
 		lens = append(lens, rng.IntN(12000))
@@ -38,7 +38,7 @@ func TestCRCBulk(t *testing.T) {
 	}
 }
 
-// TestCRCBulkAllocs: the 64-byte fold result stays on the stack.
+// TestCRCBulkAllocs: the 16-byte fold result stays on the stack.
 func TestCRCBulkAllocs(t *testing.T) {
 	p := make([]byte, 4096)
 	if n := testing.AllocsPerRun(100, func() { crcBulk(0, p) }); n != 0 {

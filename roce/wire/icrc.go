@@ -19,12 +19,13 @@ import (
 // Two ways to compute it. Where the frame may be written (Encode, SetICRC,
 // DecodeWritable), icrcInPlace masks the variant fields in the frame itself,
 // overwriting the 8 bytes before the IP header (part of the Ethernet header)
-// with the leading ones, hashes the whole span in one crcBulk (hash/crc32, or
-// four-way AVX-512 folding: crc_amd64.go) and puts the saved bytes back. Where it may not (Decode,
-// ComputeICRC, VerifyICRC), icrc masks the headers (at most 88 bytes) in a
-// stack copy and hashes them with a slicing-by-8 table in this package
-// (hash/crc32 calls through a function variable, so a stack buffer handed to
-// it would escape and allocate), then the payload with crcBulk.
+// with the leading ones, hashes the whole span in one crcBulk (hash/crc32,
+// or four-way AVX-512 folding: crc_amd64.go) and puts the saved bytes back.
+// Where it may not (Decode, ComputeICRC, VerifyICRC), icrc masks the headers
+// (at most 88 bytes) in a stack copy and hashes them with a slicing-by-8
+// table in this package (hash/crc32 calls through a function variable, so a
+// stack buffer handed to it would escape and allocate), then the payload
+// with crcBulk.
 
 var crcTab [8][256]uint32
 
@@ -130,9 +131,9 @@ func icrcInPlace(b []byte, ipLen int, v6 bool) uint32 {
 		binary.LittleEndian.PutUint32(b[16:], ip1|maskIPv4TTL)
 	}
 	binary.LittleEndian.PutUint64(u, udp|maskUDP)
-	// One pass: crcBulk (PCLMULQDQ over the 16-byte blocks from 64 bytes
-	// up, hash/crc32's slicing-by-8 for the rest). Below 64 bytes (an ACK hashes 52)
-	// crcUpdate was measured no faster, despite the indirect calls.
+	// One pass: crcBulk (carry-less folding over the 16-byte blocks, a
+	// table for the rest). Below 64 bytes (an ACK hashes 52) crcUpdate was
+	// measured no faster, despite hash/crc32's indirect calls.
 	crc := crcBulk(0, b)
 	binary.LittleEndian.PutUint64(u, udp)
 	binary.LittleEndian.PutUint32(b[16:], ip1)

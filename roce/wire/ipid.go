@@ -42,7 +42,8 @@ func RecoverIPv4IDGuess(frame []byte, guess uint16) (id uint16, ok bool) {
 // are overwritten during the call and restored before it returns, so frame
 // must not be read or written concurrently): the headers go through the
 // same pass as the payload instead of a copy hashed by table (link/udp's
-// receive path, where it was 3 % of the receiver's CPU).
+// receive path, where the headers' table pass was 4.5 % of the receiver's
+// CPU).
 func RecoverIPv4IDGuessInPlace(frame []byte, guess uint16) (id uint16, ok bool) {
 	return recoverIPv4ID(frame, guess, true)
 }
