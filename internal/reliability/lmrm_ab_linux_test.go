@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,9 +23,10 @@ import (
 // XDPROCE_AB_AFTER (each serving and running the client for its own
 // rounds), alternated over one veth pair and over one clean relay
 // (XDPROCE_AB_PATHS: "veth", "relay" or both, the default),
-// XDPROCE_AB_ROUNDS rounds each (default 3): median MB/s per binary,
-// direction and path, and per round what the clients' device counters say
-// about loss recovery (abCounters). It checks every copy's SHA-256.
+// XDPROCE_AB_ROUNDS rounds each (default 3): per binary, direction and
+// path the median MB/s and CPU time, the after/before ratio paired by round
+// (pairedRatio), and per round what the clients' device counters say about
+// loss recovery (abCounters). It checks every copy's SHA-256.
 // Without both binaries it skips: a measurement, run by hand
 // (docs/status.md says how the lmrm figures were taken).
 func TestPrivilegedTransferAB(t *testing.T) {
@@ -62,32 +65,78 @@ func TestPrivilegedTransferAB(t *testing.T) {
 			}
 			for _, b := range order {
 				ab := abRound(t, b.bin, topo, src, size, want)
-				add := func(k string, v float64) { rates[b.name+" "+k] = append(rates[b.name+" "+k], v) }
-				add("send", float64(size)/ab.send.Seconds/1e6)
-				add("get", float64(size)/ab.get.Seconds/1e6)
-				add("cpu", ab.cpu.Seconds())
+				for _, m := range abMetrics {
+					rates[b.name+" "+m.name] = append(rates[b.name+" "+m.name], m.value(&ab, size))
+				}
 				ops[b.name] = ab.send.Op + " / " + ab.get.Op
-				t.Logf("%s round %d %s: send %.1f MB/s, get %.1f MB/s, CPU %v; send client %s; get client %s", path, round, b.name,
-					float64(size)/ab.send.Seconds/1e6, float64(size)/ab.get.Seconds/1e6, ab.cpu, ab.sendCtr, ab.getCtr)
+				t.Logf("%s round %d %s: send %.1f MB/s, get %.1f MB/s, CPU %v (the get's: client %v, serve %v, this process %v); send client %s; get client %s", path, round, b.name,
+					float64(size)/ab.send.Seconds/1e6, float64(size)/ab.get.Seconds/1e6, ab.cpu, ab.getClient, ab.getServe, ab.getSelf, ab.sendCtr, ab.getCtr)
 			}
 		}
-		for _, k := range []string{"before send", "after send", "before get", "after get", "before cpu", "after cpu"} {
-			r := slices.Sorted(slices.Values(rates[k]))
-			unit := "MB/s"
-			if strings.HasSuffix(k, "cpu") {
-				unit = "CPU s for both transfers, both processes"
-			}
-			t.Logf("%s %s: median %.2f %s (all %.2f) by %s", path, k, r[len(r)/2], unit, r, ops[strings.Fields(k)[0]])
+		t.Logf("%s: before is %s, after is %s", path, ops["before"], ops["after"])
+		for _, m := range abMetrics {
+			b, a := rates["before "+m.name], rates["after "+m.name]
+			gm, lo, hi := pairedRatio(b, a)
+			t.Logf("%s %s: median %.3g → %.3g %s; after/before paired by round %.3f (95%% %.3f–%.3f)", path, m.name,
+				median(b), median(a), m.unit, gm, lo, hi)
 		}
 	}
 }
 
-// abResult is one round of one binary: the two results, and the CPU time
-// (user and system) of the server and the two clients together.
+// abMetrics are what TestPrivilegedTransferAB reports of each round.
+var abMetrics = []struct {
+	name, unit string
+	value      func(ab *abResult, size int64) float64
+}{
+	{"send", "MB/s", func(ab *abResult, size int64) float64 { return float64(size) / ab.send.Seconds / 1e6 }},
+	{"get", "MB/s", func(ab *abResult, size int64) float64 { return float64(size) / ab.get.Seconds / 1e6 }},
+	{"cpu", "CPU s (send and get, serve and both clients)", func(ab *abResult, _ int64) float64 { return ab.cpu.Seconds() }},
+	{"get client cpu", "CPU s", func(ab *abResult, _ int64) float64 { return ab.getClient.Seconds() }},
+	{"get serve cpu", "CPU s", func(ab *abResult, _ int64) float64 { return ab.getServe.Seconds() }},
+	{"get relay cpu", "CPU s (this test process: the relay's, on that path)", func(ab *abResult, _ int64) float64 { return ab.getSelf.Seconds() }},
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
+}
+
+// pairedRatio is the geometric mean of after[i]/before[i] (the two
+// binaries' figures in round i, which ran back to back) and its 95 %
+// interval (the mean log ratio ± 2 standard errors): pairing by round takes
+// out the machine's drift from round to round, which on a shared 2-vCPU
+// machine is larger than most differences measured.
+func pairedRatio(before, after []float64) (gm, lo, hi float64) {
+	n := min(len(before), len(after))
+	if n == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	d := make([]float64, n)
+	var mean float64
+	for i := range n {
+		d[i] = math.Log(after[i] / before[i])
+		mean += d[i] / float64(n)
+	}
+	if n < 2 {
+		return math.Exp(mean), math.NaN(), math.NaN()
+	}
+	var ss float64
+	for _, x := range d {
+		ss += (x - mean) * (x - mean)
+	}
+	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	return math.Exp(mean), math.Exp(mean - 2*se), math.Exp(mean + 2*se)
+}
+
+// abResult is one round of one binary: the two results, the CPU time
+// (user and system) of the server and the two clients together, and that
+// of the get alone in its client, in the server and in this process (the
+// relay's, on that path).
 type abResult struct {
-	send, get       sendResult
-	cpu             time.Duration
-	sendCtr, getCtr string // abCounters of each client
+	send, get                    sendResult
+	cpu                          time.Duration
+	getClient, getServe, getSelf time.Duration
+	sendCtr, getCtr              string // abCounters of each client
 }
 
 // abCounters picks from a client's debug log (its "device stats" line,
@@ -133,14 +182,18 @@ func abRound(t *testing.T, bin string, topo *netlab.Topo, src string, size int64
 		_ = serve.Wait()
 		ab.cpu += serve.ProcessState.UserTime() + serve.ProcessState.SystemTime()
 	}()
-	run := func(ctr *string, args ...string) sendResult {
+	run := func(ctr *string, cpu *time.Duration, args ...string) sendResult {
 		cmd := topo.A.NS.Command(ctx, bin, append([]string{args[0], "--log-level", "debug"}, args[1:]...)...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("%v: %v\n%s%s\nserve: %s", args, err, out.String(), errb.String(), serr.String())
 		}
-		ab.cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		ab.cpu += used
+		if cpu != nil {
+			*cpu = used
+		}
 		*ctr = abCounters(errb.String())
 		var res sendResult
 		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
@@ -149,10 +202,12 @@ func abRound(t *testing.T, bin string, topo *netlab.Topo, src string, size int64
 		return res
 	}
 	host := topo.B.IPv4.String()
-	ab.send = run(&ab.sendCtr, "send", "--dev", topo.A.Name, "--link", "xsk", "--name", "got.bin", "--json", host, src)
+	ab.send = run(&ab.sendCtr, nil, "send", "--dev", topo.A.Name, "--link", "xsk", "--name", "got.bin", "--json", host, src)
 	checkFile(t, filepath.Join(dir, "got.bin"), size, want)
 	back := filepath.Join(dir, "back.bin") // beside the served file, removed with it
-	ab.get = run(&ab.getCtr, "get", "--dev", topo.A.Name, "--link", "xsk", "--json", host, "got.bin", back)
+	before, self := taskCPU(t, serve.Process.Pid), taskCPU(t, os.Getpid())
+	ab.get = run(&ab.getCtr, &ab.getClient, "get", "--dev", topo.A.Name, "--link", "xsk", "--json", host, "got.bin", back)
+	ab.getServe, ab.getSelf = taskCPU(t, serve.Process.Pid)-before, taskCPU(t, os.Getpid())-self
 	checkFile(t, back, size, want)
 	return ab
 }
@@ -165,5 +220,48 @@ func checkFile(t *testing.T, path string, size int64, want []byte) {
 	}
 	if got := sha256.Sum256(b); int64(len(b)) != size || !bytes.Equal(got[:], want) {
 		t.Fatalf("%s: %d bytes with SHA-256 %x, want %d bytes with %x", path, len(b), got, size, want)
+	}
+}
+
+// taskCPU is the CPU time pid's threads have used so far (the first field
+// of each /proc/PID/task/TID/schedstat, in nanoseconds; threads that
+// ended are not counted, which for a Go program's long-lived threads
+// is close enough for a measurement).
+func taskCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("schedstat of %d: %v (none found)", pid, err)
+	}
+	var sum time.Duration
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue // the thread ended
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			ns, err := strconv.ParseInt(f[0], 10, 64)
+			if err == nil {
+				sum += time.Duration(ns)
+			}
+		}
+	}
+	return sum
+}
+
+func TestPairedRatio(t *testing.T) {
+	gm, lo, hi := pairedRatio([]float64{100, 50, 200}, []float64{110, 55, 220})
+	if math.Abs(gm-1.1) > 1e-9 || math.Abs(lo-1.1) > 1e-9 || math.Abs(hi-1.1) > 1e-9 {
+		t.Errorf("every round 10 %% up: %v (%v–%v), want 1.1 (1.1–1.1)", gm, lo, hi)
+	}
+	// Rounds of 2× and ½× average out to 1; log ratios ±ln 2: standard
+	// deviation √2 ln 2, standard error ln 2, the interval ¼–4.
+	gm, lo, hi = pairedRatio([]float64{1, 4}, []float64{2, 2})
+	const w = 4.0
+	if math.Abs(gm-1) > 1e-9 || math.Abs(lo-1/w) > 1e-9 || math.Abs(hi-w) > 1e-9 {
+		t.Errorf("2× and ½×: %v (%v–%v), want 1 (%v–%v)", gm, lo, hi, 1/w, w)
+	}
+	if gm, _, _ := pairedRatio(nil, nil); !math.IsNaN(gm) {
+		t.Errorf("no rounds: %v, want NaN", gm)
 	}
 }
