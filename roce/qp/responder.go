@@ -18,7 +18,13 @@ import (
 // responder_tx.go the transmit half (READ responses, atomic ACKs, ACK/NAK),
 // responder_ud.go UD receives.
 
-const ackEvery = 64 // ACK at least every this many packets without AckReq
+// ACK at least every this many packets without AckReq: ackEvery as rxe's
+// requester asks (RXE_MAX_PKT_PER_ACK), srAckEvery with selective repeat,
+// whose requester (an xdproce) asks at least that often (wantAckReq).
+const (
+	ackEvery   = 64
+	srAckEvery = srAckReqEvery
+)
 
 type seqKind uint8
 
@@ -567,8 +573,8 @@ func (q *QP) completeRecv(st WCStatus) {
 }
 
 // respAcknowledge coalesces ACKs: one when the requester asks (AckReq) or
-// every ackEvery packets; READ and atomic requests are answered by their
-// responses.
+// every ackEvery packets (srAckEvery with selective repeat); READ and
+// atomic requests are answered by their responses.
 func (q *QP) respAcknowledge(k *respPkt) (respState, respAction) {
 	if q.typ != RC {
 		return respDone, respActNone
@@ -579,7 +585,11 @@ func (q *QP) respAcknowledge(k *respPkt) (respState, respAction) {
 	}
 	r := &q.resp
 	r.unacked++
-	if k.p.BTH.AckReq || r.unacked >= ackEvery {
+	every := uint32(ackEvery)
+	if r.sr.on {
+		every = srAckEvery
+	}
+	if k.p.BTH.AckReq || r.unacked >= every {
 		return respDone, respActAck
 	}
 	return respDone, respActNone

@@ -359,3 +359,72 @@ func TestSRReadLong(t *testing.T) {
 		}
 	}
 }
+
+// TestSRAckCadence: a loss-free stream of 1 MiB WRITEs at a 1024-PSN
+// window (1024-byte MTU, 1024 packets a message) is acknowledged every
+// 64th packet with go-back-N, as rxe's requester asks; with selective
+// repeat, whose requester asks every quarter window (and on the packet
+// that fills it) and whose responder waits that long (wantAckReq,
+// respAcknowledge), by at most 3/4 as many ACKs, and no fewer than one
+// every 256 packets. Both land every byte.
+func TestSRAckCadence(t *testing.T) {
+	cfg := netCfg{delay: 20_000, perFrame: 1000, tick: 2000}
+	const msgs, msg = 4, 1 << 20
+	var got [2]int
+	for i, sr := range []bool{false, true} {
+		o := defaultOpts()
+		o.mtu, o.window, o.maxWR, o.sr, o.txBufs = wire.MTU1024, 1024, 16, sr, 2048
+		if sr {
+			o.srWindow = SRHold
+		}
+		r := newNetRun(t, o, cfg, 1)
+		var acks, requests int
+		r.drop = func(to *netEnd, p *wire.Packet) bool {
+			switch {
+			case to == r.a && p.BTH.Opcode == wire.RCAck:
+				acks++
+			case to == r.b:
+				requests++
+			}
+			return false
+		}
+		a, b := r.a, r.b
+		src, srcBuf := a.reg(t, msgs*msg, allAcc)
+		dst, dstBuf := b.reg(t, msgs*msg, allAcc)
+		fill(srcBuf, 7)
+		for i := range msgs {
+			must(t, a.q.PostSend(&SendWR{ID: uint64(i), Opcode: WRRDMAWrite, Flags: Signaled, SGL: []mr.SGE{sge(src, i*msg, msg)},
+				RemoteAddr: dst.Addr() + uint64(i*msg), RKey: dst.RKey()}))
+		}
+		wcs := make([]WC, msgs)
+		start := r.now
+		for done := 0; done < msgs; {
+			r.step()
+			if r.now-start > 10e9 {
+				t.Fatalf("sr=%v: %d of %d WRITEs after 10 s", sr, done, msgs)
+			}
+			k, _ := a.cq.Poll(wcs)
+			for _, w := range wcs[:k] {
+				if w.Status != WCSuccess {
+					t.Fatalf("sr=%v: %+v", sr, w)
+				}
+				done++
+			}
+		}
+		if !bytes.Equal(srcBuf, dstBuf) {
+			t.Fatalf("sr=%v: the bytes that landed differ", sr)
+		}
+		every := 64
+		if sr {
+			every = 256
+		}
+		if acks < requests/every {
+			t.Errorf("sr=%v: %d ACKs for %d requests, want at least one every %d", sr, acks, requests, every)
+		}
+		t.Logf("sr=%v: %d ACKs for %d requests", sr, acks, requests)
+		got[i] = acks
+	}
+	if got[1] > got[0]*3/4 {
+		t.Errorf("%d ACKs with selective repeat, %d with go-back-N: want at most 3/4 as many", got[1], got[0])
+	}
+}

@@ -102,6 +102,9 @@ const (
 	fastMinRTO   = 20_000 // ns
 	fastMaxTries = 3
 	ackReqEvery  = 64 // AckReq at least every this many packets of a long message
+	// With selective repeat (only between xdproce peers), AckReq every
+	// quarter window up to this many packets (wantAckReq).
+	srAckReqEvery = 256
 )
 
 // Bounds of the send window's response to loss. Go-back-N resends all that
@@ -166,11 +169,23 @@ func (w *sendWindow) canSend(psn uint32, now int64) bool {
 // 64th at windows of 128 and more (as before the window adapted; the golden
 // captures keep their bytes), every 2nd to 4th at the small windows of a
 // lossy path, where frequent ACKs keep a lost one from stalling the window
-// until a timer. The last packet of a message asks regardless (the
-// requester's rule).
+// until a timer. With selective repeat (negotiated: the peer is an xdproce
+// whose responder ACKs every srAckEvery) it asks every quarter window from
+// 256 PSNs on, up to srAckReqEvery: every 128th at 512, every 256th at the
+// default window of 1024; small windows keep their cadence. The responder
+// SACKs a hole as soon as a packet past it arrives, whatever the cadence,
+// and the fast timer still follows the last packet that asked; three
+// quarters of the ACK frames leave the reverse path, each a transmission
+// and a wake-up at both ends and at any forwarder between (docs/status.md,
+// "lmrm get against the READ get"). The last packet of a message asks
+// regardless (the requester's rule).
 func (w *sendWindow) wantAckReq(psn, since uint32) bool {
 	full := uint32(wire.PSNDiff(psn, w.una))+1 >= w.cwnd
-	return full || since >= min(ackReqEvery, max(w.cwnd*w.cwnd/256, 2))
+	every := min(ackReqEvery, max(w.cwnd*w.cwnd/256, 2))
+	if w.sr.on && w.cwnd >= 4*ackReqEvery {
+		every = min(w.cwnd/4, srAckReqEvery)
+	}
+	return full || since >= every
 }
 
 // sent notes the packet at psn, next being the PSN after it (a READ request

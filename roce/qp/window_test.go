@@ -271,27 +271,38 @@ func TestSendWindow(t *testing.T) {
 // TestSendWindowAckReq: how often the requester asks for an ACK at a
 // given window: every 64th packet at 128 PSNs and more (the golden
 // captures' spacing), every 4th at 32, every 2nd at the smallest windows,
-// and always on the packet that fills the window.
+// and always on the packet that fills the window; with selective repeat
+// every quarter window from 256 PSNs up, at most every 256th.
 func TestSendWindowAckReq(t *testing.T) {
 	tests := []struct {
 		cwnd       uint32
 		psn, since uint32
-		want       bool
+		want, sr   bool
 	}{
-		{128, 1010, 63, false},
-		{128, 1010, 64, true},
-		{1024, 1010, 63, false},
-		{32, 1010, 3, false},
-		{32, 1010, 4, true},
-		{12, 1010, 1, false},
-		{12, 1010, 2, true},
-		{128, 1000 + 126, 1, false},
-		{128, 1000 + 127, 1, true}, // fills the window
+		{128, 1010, 63, false, false},
+		{128, 1010, 64, true, false},
+		{1024, 1010, 63, false, false},
+		{32, 1010, 3, false, false},
+		{32, 1010, 4, true, false},
+		{12, 1010, 1, false, false},
+		{12, 1010, 2, true, false},
+		{128, 1000 + 126, 1, false, false},
+		{128, 1000 + 127, 1, true, false}, // fills the window
+		{1024, 1010, 64, false, true},
+		{1024, 1010, 255, false, true},
+		{1024, 1010, 256, true, true},
+		{2048, 1010, 256, true, true}, // at most every 256th
+		{512, 1010, 127, false, true},
+		{512, 1010, 128, true, true},
+		{128, 1010, 64, true, true}, // as without
+		{32, 1010, 4, true, true},
+		{1024, 1000 + 1023, 1, true, true},
 	}
 	for _, tc := range tests {
 		w := sendWindow{una: 1000, cwnd: tc.cwnd}
+		w.sr.on = tc.sr
 		if got := w.wantAckReq(tc.psn, tc.since); got != tc.want {
-			t.Errorf("cwnd %d psn %d, %d since the last AckReq: AckReq %v, want %v", tc.cwnd, tc.psn, tc.since, got, tc.want)
+			t.Errorf("sr %v cwnd %d psn %d, %d since the last AckReq: AckReq %v, want %v", tc.sr, tc.cwnd, tc.psn, tc.since, got, tc.want)
 		}
 	}
 }
