@@ -162,6 +162,7 @@ type device struct {
 	capFile *os.File
 	capName string
 	stat    *stat.Server
+	procs   func() // gives back engineProcs's Ps
 }
 
 // openDevice opens the interface of the flags, logs which link it chose and
@@ -200,6 +201,11 @@ func openDevice(env *Env, cmd string, d *deviceFlags) (*device, error) {
 		return nil, withPermissionHint(err)
 	}
 	out.Device = dev
+	n, release := engineProcs(d.engines)
+	out.procs = release
+	if n > 0 {
+		env.Log.Debug("GOMAXPROCS raised: each engine's wait holds a P", "gomaxprocs", n, "engines", max(d.engines, 1))
+	}
 	env.Log.Info("link chosen", "dev", d.dev, "link", dev.LinkName(), "asked", d.link.String(), "reason", dev.LinkReason())
 	out.stat, err = stat.Listen(dev, d.dev, strings.TrimPrefix(cmd, "xdproce "))
 	if err != nil {
@@ -214,6 +220,9 @@ func (d *device) Close() error {
 		d.stat.Close()
 	}
 	err := d.Device.Close()
+	if d.procs != nil {
+		d.procs()
+	}
 	if d.capFile != nil {
 		if cerr := d.capFile.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("capture: %w", cerr)

@@ -130,6 +130,9 @@ func (q *QP) applyCtl() {
 		q.req.start(e.attr.SQPSN)
 		q.comp.start(&e.attr)
 		limit := q.window
+		if q.winAuto && e.attr.SelectiveRepeat {
+			limit = DefaultSRSendWindow
+		}
 		if w := e.attr.SendWindow; w != 0 {
 			limit = min(limit, w)
 		}

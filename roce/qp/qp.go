@@ -27,6 +27,12 @@ const (
 	defaultUDMTU      = wire.MTU1024
 )
 
+// DefaultSRSendWindow is Config.SendWindow when 0 and the peer agreed on
+// selective repeat (AttrSelectiveRepeat): what its responder holds past a
+// hole (SRHold), so that a lost packet costs its resend alone, and the
+// window fills less often (docs/status.md, "lmrm get against the READ get").
+const DefaultSRSendWindow = SRHold
+
 // Sentinel errors of PostSend, PostRecv and Modify.
 var (
 	// ErrState: the queue pair is not in a state that allows the call (a
@@ -68,7 +74,8 @@ type Config struct {
 	MaxInline      int // inline bytes per send WR (0: DefaultMaxInline; -1: none)
 	QPN            uint32
 	// SendWindow bounds the unacknowledged PSNs of an RC requester (0:
-	// DefaultSendWindow). A READ counts one PSN per response packet.
+	// DefaultSendWindow, DefaultSRSendWindow with selective repeat). A
+	// READ counts one PSN per response packet.
 	SendWindow int
 	// FixedWindow keeps the send window at SendWindow; by default it halves
 	// on loss and grows back (see the package documentation).
@@ -96,6 +103,7 @@ type QP struct {
 	maxSGE    int
 	maxInline int
 	window    uint32
+	winAuto   bool // Config.SendWindow was 0: DefaultSRSendWindow with selective repeat
 	fixedWin  bool
 	dcqcn     *DCQCNParams // Config.DCQCN (nil: all defaults)
 
@@ -190,6 +198,7 @@ func New(cfg Config) (*QP, error) {
 	if err := def(&cfg.MaxSGE, DefaultMaxSGE, MaxSGELimit, "MaxSGE"); err != nil {
 		return nil, err
 	}
+	winAuto := cfg.SendWindow == 0
 	if err := def(&cfg.SendWindow, DefaultSendWindow, 1<<22, "SendWindow"); err != nil {
 		return nil, err
 	}
@@ -214,7 +223,7 @@ func New(cfg Config) (*QP, error) {
 	q := &QP{
 		typ: cfg.Type, qpn: cfg.QPN, pd: cfg.PD, tbl: cfg.Table, scq: cfg.SendCQ, rcq: cfg.RecvCQ,
 		maxSendWR: cfg.MaxSendWR, maxRecvWR: cfg.MaxRecvWR, maxSGE: cfg.MaxSGE,
-		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow), fixedWin: cfg.FixedWindow,
+		maxInline: cfg.MaxInline, window: uint32(cfg.SendWindow), winAuto: winAuto, fixedWin: cfg.FixedWindow,
 		state: Reset,
 	}
 	if p := cfg.DCQCN; p != (DCQCNParams{}) {

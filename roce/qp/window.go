@@ -103,8 +103,8 @@ const (
 	fastMaxTries = 3
 	ackReqEvery  = 64 // AckReq at least every this many packets of a long message
 	// With selective repeat (only between xdproce peers), AckReq every
-	// quarter window up to this many packets (wantAckReq).
-	srAckReqEvery = 256
+	// half window up to this many packets (wantAckReq).
+	srAckReqEvery = 1024
 )
 
 // Bounds of the send window's response to loss. Go-back-N resends all that
@@ -170,20 +170,20 @@ func (w *sendWindow) canSend(psn uint32, now int64) bool {
 // captures keep their bytes), every 2nd to 4th at the small windows of a
 // lossy path, where frequent ACKs keep a lost one from stalling the window
 // until a timer. With selective repeat (negotiated: the peer is an xdproce
-// whose responder ACKs every srAckEvery) it asks every quarter window from
-// 256 PSNs on, up to srAckReqEvery: every 128th at 512, every 256th at the
-// default window of 1024; small windows keep their cadence. The responder
-// SACKs a hole as soon as a packet past it arrives, whatever the cadence,
-// and the fast timer still follows the last packet that asked; three
-// quarters of the ACK frames leave the reverse path, each a transmission
-// and a wake-up at both ends and at any forwarder between (docs/status.md,
-// "lmrm get against the READ get"). The last packet of a message asks
-// regardless (the requester's rule).
+// whose responder ACKs every srAckEvery) it asks every half window from
+// 256 PSNs on, up to srAckReqEvery: every 256th at 512, every 1024th at
+// selective repeat's default window of 2048 (DefaultSRSendWindow); small
+// windows keep their cadence. The responder SACKs a hole as soon as a
+// packet past it arrives, whatever the cadence, and the fast timer still
+// follows the last packet that asked; most ACK frames leave the reverse
+// path, each a transmission and a wake-up at both ends and at any
+// forwarder between (docs/status.md, "lmrm get against the READ get"). The
+// last packet of a message asks regardless (the requester's rule).
 func (w *sendWindow) wantAckReq(psn, since uint32) bool {
 	full := uint32(wire.PSNDiff(psn, w.una))+1 >= w.cwnd
 	every := min(ackReqEvery, max(w.cwnd*w.cwnd/256, 2))
 	if w.sr.on && w.cwnd >= 4*ackReqEvery {
-		every = min(w.cwnd/4, srAckReqEvery)
+		every = min(w.cwnd/2, srAckReqEvery)
 	}
 	return full || since >= every
 }

@@ -272,7 +272,7 @@ func TestSendWindow(t *testing.T) {
 // given window: every 64th packet at 128 PSNs and more (the golden
 // captures' spacing), every 4th at 32, every 2nd at the smallest windows,
 // and always on the packet that fills the window; with selective repeat
-// every quarter window from 256 PSNs up, at most every 256th.
+// every half window from 256 PSNs up, at most every 1024th.
 func TestSendWindowAckReq(t *testing.T) {
 	tests := []struct {
 		cwnd       uint32
@@ -289,11 +289,13 @@ func TestSendWindowAckReq(t *testing.T) {
 		{128, 1000 + 126, 1, false, false},
 		{128, 1000 + 127, 1, true, false}, // fills the window
 		{1024, 1010, 64, false, true},
-		{1024, 1010, 255, false, true},
-		{1024, 1010, 256, true, true},
-		{2048, 1010, 256, true, true}, // at most every 256th
-		{512, 1010, 127, false, true},
-		{512, 1010, 128, true, true},
+		{1024, 1010, 511, false, true},
+		{1024, 1010, 512, true, true},
+		{2048, 1010, 1023, false, true},
+		{2048, 1010, 1024, true, true},
+		{4096, 1010, 1024, true, true}, // at most every 1024th
+		{512, 1010, 255, false, true},
+		{512, 1010, 256, true, true},
 		{128, 1010, 64, true, true}, // as without
 		{32, 1010, 4, true, true},
 		{1024, 1000 + 1023, 1, true, true},
@@ -329,6 +331,34 @@ func TestSendWindowAttr(t *testing.T) {
 		t.Logf("sr %v: most PSNs in flight uncapped %d, capped at 24 %d", sr, most[0], most[1])
 		if most[1] > 24 || most[0] <= 24 {
 			t.Errorf("sr %v: most PSNs in flight %d with Attr.SendWindow 24, %d without", sr, most[1], most[0])
+		}
+	}
+}
+
+// TestSendWindowDefault: a queue pair created without a SendWindow opens
+// its window up to DefaultSendWindow with go-back-N and up to
+// DefaultSRSendWindow when the peer agreed on selective repeat; a
+// SendWindow given stays the limit either way.
+func TestSendWindowDefault(t *testing.T) {
+	for _, tc := range []struct {
+		window int
+		sr     bool
+		want   uint32
+	}{
+		{0, false, DefaultSendWindow},
+		{0, true, DefaultSRSendWindow},
+		{1024, true, 1024},
+		{512, false, 512},
+	} {
+		o := defaultOpts()
+		o.window, o.sr = tc.window, tc.sr
+		if tc.sr {
+			o.srWindow = SRHold
+		}
+		r := newNetRun(t, o, netCfg{delay: 10_000, perFrame: 1000, tick: 2000}, 1)
+		r.step() // the engine applies the transitions to RTS
+		if got := r.a.q.win.limit; got != tc.want {
+			t.Errorf("SendWindow %d, selective repeat %v: window limit %d, want %d", tc.window, tc.sr, got, tc.want)
 		}
 	}
 }
