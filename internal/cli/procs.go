@@ -15,11 +15,12 @@ import (
 // control message that ends a get, a completion's waiter — waits until the
 // runtime's monitor takes the sleeping engine's P back, up to 10 ms once
 // the monitor has backed off. Measured on the 2-vCPU test VM
-// (docs/status.md, "lmrm get against the READ get: the engine's P"): an
-// lmrm get through the test relay waited 1–14 ms between the last slot
-// and the end message; with GOMAXPROCS 4 the get was level with the slot
-// protocol's READ get (0.996 of it, paired over 61 rounds, against 0.94
-// at the default 2 and 0.95 at 3), using 2 % less CPU. A process with
+// (docs/status.md, "lmrm get against the READ get: where the time goes"):
+// an lmrm get through the test relay waited 1–14 ms between the last slot
+// and the end message; at GOMAXPROCS 4 the get was 0.970 of the slot
+// protocol's READ get (244 rounds paired, 95 % 0.953–0.987) against 0.943
+// at the default 2 (122 rounds), and no better at 3 (0.949), at the same
+// CPU. A process with
 // several devices open counts the engines of all; release, called when the
 // device closes, takes its engines off again (and restores the default
 // when none is left). It returns the value set (0: left alone, the user's
