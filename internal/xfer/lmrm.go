@@ -24,6 +24,12 @@ import (
 // naming pool and slot) and the batched LMRM_RELEASEs go on the queue pair.
 // The data arrives in the order it was written (RC), so the receiver appends
 // each slot at its running offset.
+//
+// The sender sends the end message as soon as its last write is posted, not
+// once the writes are acknowledged: the receiver, which waits for the data
+// the end announces anyway, then has it when the last slot lands instead of
+// a round trip and a wake-up later. A write that fails after the end is told
+// to the receiver by an error message (lmrmDrain), which ends its wait.
 const (
 	msgPutLMRM = "put_lmrm" // client → server: store NAME, written into the server's pool
 	msgGetLMRM = "get_lmrm" // client → server: send NAME, written into the client's pool
@@ -33,7 +39,9 @@ const (
 const OpLMRM = "RDMA WRITE WITH IMMEDIATE (lmrm)"
 
 // endDataWait bounds how long a receiver waits, once the end message is in,
-// for the data the sender has already seen acknowledged.
+// for more of the data it announces: the sender's writes are still on their
+// way then, and a queue pair that stops making progress gives up well
+// within it (retries exhausted: the sender then says so).
 const endDataWait = 10 * time.Second
 
 // newLMRMRequesterQP makes an RC queue pair sized for a requester with
@@ -58,8 +66,9 @@ func newLMRMProviderQP(dev *roce.Device, maxBytes int, local net.Addr) (*qpConn,
 
 // lmrmWrite asks the provider for slots × slotSize bytes (one LMRM_ALLOC)
 // and writes size bytes read from r into the pool, one WRITE WITH IMMEDIATE
-// per slot, adding them to h (each slot once its write is posted). It waits in the requester when every slot is
-// in flight, and returns once every write has completed (been acknowledged).
+// per slot, adding them to h (each slot once its write is posted). It waits
+// in the requester when every slot is in flight, and returns once the last
+// write is posted; lmrmDrain waits for them to complete.
 func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r io.Reader, size int64, h hash.Hash, progress func(done, total int64)) error {
 	if err := lr.Alloc(uint64(slotSize)*uint64(slots), uint32(slotSize)); err != nil {
 		return err
@@ -118,8 +127,22 @@ func lmrmWrite(ctx context.Context, lr *lmrm.Requester, slotSize, slots int, r i
 			return err
 		}
 	}
+	return nil
+}
+
+// lmrmDrain waits, once the end message is sent, for lr's writes to
+// complete (be acknowledged). When one fails it tells the receiver, which
+// would otherwise wait for data that is not coming, and returns the failure.
+// When ctx ends first (the receiver's verdict came, or the connection
+// ended) it returns nil: the wait for the verdict says why.
+func lmrmDrain(ctx context.Context, c *ctrl, lr *lmrm.Requester) error {
 	for lr.Stats().Writing > 0 {
 		if err := lr.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			err = fmt.Errorf("a write failed after the end message: %w", err)
+			c.send(&message{Type: msgError, Error: err.Error()})
 			return err
 		}
 	}
@@ -199,12 +222,16 @@ func (k *sink) deliver(_ uint8, _ uint32, b []byte) {
 
 // lmrmReceive drives p until the sender's end message arrives on c, then
 // until the data that message announces is in. It returns the end message.
-// A message other than end, the sender's error, the connection's end or a
-// failure of p or k ends it with the reason.
+// A message other than end, the sender's error (before the end or after
+// it), the connection's end or a failure of p or k ends it with the reason;
+// no more data for endDataWait after the end ends the wait, and the
+// verdict says how much is missing.
 func lmrmReceive(ctx context.Context, c *ctrl, p *lmrm.Provider, k *sink) (message, error) {
 	got := make(chan message, 1)
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	dctx, dstop := context.WithCancelCause(ctx) // the wait after the end
+	defer dstop(nil)
 	go func() {
 		var m message
 		if err := c.recv(&m); err != nil {
@@ -213,6 +240,18 @@ func lmrmReceive(ctx context.Context, c *ctrl, p *lmrm.Provider, k *sink) (messa
 		}
 		got <- m
 		stop(nil)
+		if m.Type != msgEnd {
+			return
+		}
+		// After the end the sender only speaks when a write fails; the
+		// connection's end (after the verdict, or a sender gone) ends this.
+		if err := c.recv(&m); err != nil {
+			dstop(err)
+		} else if m.Type == msgError {
+			dstop(remoteError(&m))
+		} else {
+			dstop(fmt.Errorf("unexpected %q after the end", m.Type))
+		}
 	}()
 	for wctx.Err() == nil && k.err == nil {
 		if err := p.Wait(wctx); err != nil && wctx.Err() == nil {
@@ -235,18 +274,28 @@ func lmrmReceive(ctx context.Context, c *ctrl, p *lmrm.Provider, k *sink) (messa
 	default:
 		return m, fmt.Errorf("unexpected %q during the transfer", m.Type)
 	}
-	dctx, cancel := context.WithTimeout(ctx, endDataWait)
-	defer cancel()
+	quiet := time.AfterFunc(endDataWait, func() { dstop(errQuiet) })
+	defer quiet.Stop()
 	for k.next < min(m.Size, k.size) && k.err == nil {
+		before := k.next
 		if err := p.Wait(dctx); err != nil {
-			if dctx.Err() != nil && ctx.Err() == nil {
+			if errors.Is(context.Cause(dctx), errQuiet) && ctx.Err() == nil {
 				break // the verdict says how much is missing
 			}
+			if dctx.Err() != nil {
+				return m, context.Cause(dctx)
+			}
 			return m, err
+		}
+		if k.next > before {
+			quiet.Reset(endDataWait)
 		}
 	}
 	return m, k.err
 }
+
+// errQuiet: no data came for endDataWait after the end message.
+var errQuiet = errors.New("no data for " + endDataWait.String() + " after the end message")
 
 // Between an xdproce with lmrm and one from before it, the RC transfer
 // falls back to the slot protocol (a control message per slot: client.go,

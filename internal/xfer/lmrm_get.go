@@ -121,5 +121,6 @@ func (s *Server) serveGetLMRM(ctx context.Context, cancel context.CancelCauseFun
 		}
 		return res, refuse(c, fmt.Errorf("write into the client's pool: %w", err))
 	}
-	return res, endGet(ctx, c, req.Name, size, h, final, start, &res)
+	drain := func() error { return lmrmDrain(ctx, c, lr) }
+	return res, endGet(ctx, c, req.Name, size, h, drain, final, start, &res)
 }

@@ -358,15 +358,22 @@ func (s *Server) serveGet(ctx context.Context, cancel context.CancelCauseFunc, c
 		}
 		off += int64(n)
 	}
-	return res, endGet(ctx, c, req.Name, size, h, final, start, &res)
+	return res, endGet(ctx, c, req.Name, size, h, nil, final, start, &res)
 }
 
 // endGet ends a get once the content (hashed in h) is sent: it sends the
-// end message with the SHA-256 and waits for the client's verdict.
-func endGet(ctx context.Context, c *ctrl, name string, size int64, h hash.Hash, final <-chan message, start time.Time, res *Result) error {
+// end message with the SHA-256, then (with drain) waits for the writes
+// still on their way, then for the client's verdict. A client that has
+// every byte says ok even when a write's acknowledgement went missing
+// after that; without the verdict a failed write is the reason.
+func endGet(ctx context.Context, c *ctrl, name string, size int64, h hash.Hash, drain func() error, final <-chan message, start time.Time, res *Result) error {
 	res.SHA256 = hex.EncodeToString(h.Sum(nil))
 	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: res.SHA256}); err != nil {
 		return err
+	}
+	var failed error
+	if drain != nil {
+		failed = drain()
 	}
 	select {
 	case m := <-final:
@@ -374,6 +381,9 @@ func endGet(ctx context.Context, c *ctrl, name string, size int64, h hash.Hash, 
 			return remoteError(&m)
 		}
 	case <-ctx.Done():
+		if failed != nil {
+			return fmt.Errorf("send %s: %w", name, failed)
+		}
 		return fmt.Errorf("send %s: %w", name, context.Cause(ctx))
 	}
 	res.finish(start)
