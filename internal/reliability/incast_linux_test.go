@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
 // incastRun is one incast: every sender's result and capture, the
@@ -37,11 +38,12 @@ func runIncast(t *testing.T, bin, src string, size int64, want []byte, n int, rc
 	dir := t.TempDir()
 	recv := s.Members[0]
 	serve := recv.NS.Command(ctx, bin, "serve", "--dev", recv.Name, "--link", "xsk", "--dir", dir, "--insecure")
-	serr := new(bytes.Buffer)
+	serr := new(testenv.Buffer)
 	serve.Stdout, serve.Stderr = serr, serr
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
 	}
+	awaitServing(t, serve, serr)
 	defer func() { _ = serve.Process.Kill(); _ = serve.Wait() }()
 	run := incastRun{res: make([]sendResult, n), pcaps: make([]string, n)}
 	outs, eouts := make([]bytes.Buffer, n), make([]bytes.Buffer, n)

@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/xdproce/xdproce/internal/netlab"
+	"github.com/xdproce/xdproce/internal/testenv"
 )
 
 // buildCLI builds cmd/xdproce into dir and returns its path.
@@ -34,17 +36,44 @@ func buildCLI(t *testing.T, dir string) string {
 }
 
 // startServe starts `bin serve --insecure` over AF_XDP in topo's B,
-// storing into dir, its output going to the returned buffer; the caller
-// kills it and waits.
-func startServe(ctx context.Context, t *testing.T, bin string, topo *netlab.Topo, dir string) (*exec.Cmd, *bytes.Buffer) {
+// storing into dir, its output going to the returned log, and waits until
+// it serves; the caller kills it and waits.
+func startServe(ctx context.Context, t *testing.T, bin string, topo *netlab.Topo, dir string) (*exec.Cmd, *testenv.Buffer) {
 	t.Helper()
 	serve := topo.B.NS.Command(ctx, bin, "serve", "--dev", topo.B.Name, "--link", "xsk", "--dir", dir, "--insecure")
-	serr := new(bytes.Buffer)
+	serr := new(testenv.Buffer)
 	serve.Stdout, serve.Stderr = serr, serr
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
 	}
+	awaitServing(t, serve, serr)
 	return serve, serr
+}
+
+// awaitServing waits, up to a minute, for serve's "serving on" line (or
+// its error, which fails the test). A client started before it finds the
+// control port closed, and its connect retries (5 s) can run out while a
+// loaded machine is still starting serve: seen once in CI, where
+// TestPrivilegedOOORelay's send was refused for 5 s.
+func awaitServing(t *testing.T, serve *exec.Cmd, out *testenv.Buffer) {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(time.Minute)
+	for {
+		s := out.String()
+		switch {
+		case strings.Contains(s, "serving on"):
+			if d := time.Since(start); d > time.Second {
+				t.Logf("serve took %v to start serving", d.Round(time.Millisecond))
+			}
+			return
+		case strings.Contains(s, "xdproce: "), time.Now().After(deadline):
+			_ = serve.Process.Kill()
+			_ = serve.Wait()
+			t.Fatalf("serve did not start serving: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestPrivilegedRelaySend: `xdproce send` of a random file to `xdproce
