@@ -19,7 +19,7 @@ type relFlag struct{ s, bdp *string }
 
 func (f *relFlag) register(fs *flag.FlagSet) {
 	f.s = fs.String("reliability", "sr", "loss recovery of the RC queue pair: `sr` (selective repeat, used when the xdproce peer agrees; go-back-N otherwise) or gbn (go-back-N, as rxe)")
-	f.bdp = fs.String("bdp", "0", "cap the RC send window at about this many `bytes` in flight: the path's bandwidth-delay product (link rate × round trip without queueing), e.g. 256KiB; 0: the default window (1024 packets)")
+	f.bdp = fs.String("bdp", "0", "cap the RC send window at about this many `bytes` in flight: the path's bandwidth-delay product (link rate × round trip without queueing), e.g. 256KiB; 0: the default window (1024 packets; 2048 with selective repeat and dcqcn)")
 }
 
 // apply puts the choice into o's connect options.

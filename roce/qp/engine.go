@@ -130,7 +130,7 @@ func (q *QP) applyCtl() {
 		q.req.start(e.attr.SQPSN)
 		q.comp.start(&e.attr)
 		limit := q.window
-		if q.winAuto && e.attr.SelectiveRepeat {
+		if q.winAuto && e.attr.SelectiveRepeat && e.attr.DCQCN {
 			limit = DefaultSRSendWindow
 		}
 		if w := e.attr.SendWindow; w != 0 {

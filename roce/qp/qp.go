@@ -28,9 +28,13 @@ const (
 )
 
 // DefaultSRSendWindow is Config.SendWindow when 0 and the peer agreed on
-// selective repeat (AttrSelectiveRepeat): what its responder holds past a
-// hole (SRHold), so that a lost packet costs its resend alone, and the
-// window fills less often (docs/status.md, "lmrm get against the READ get").
+// selective repeat (AttrSelectiveRepeat) and DCQCN (AttrDCQCN): what its
+// responder holds past a hole (SRHold), so that a lost packet costs its
+// resend alone, and the window fills less often (docs/status.md, "lmrm get
+// against the READ get"). Without DCQCN nothing cuts the window on
+// congestion, and twice the window is twice the overflow at a congested
+// queue: such a queue pair keeps DefaultSendWindow (docs/status.md, "the
+// SR window without congestion control").
 const DefaultSRSendWindow = SRHold
 
 // Sentinel errors of PostSend, PostRecv and Modify.
@@ -74,7 +78,8 @@ type Config struct {
 	MaxInline      int // inline bytes per send WR (0: DefaultMaxInline; -1: none)
 	QPN            uint32
 	// SendWindow bounds the unacknowledged PSNs of an RC requester (0:
-	// DefaultSendWindow, DefaultSRSendWindow with selective repeat). A
+	// DefaultSendWindow, DefaultSRSendWindow with selective repeat and
+	// DCQCN). A
 	// READ counts one PSN per response packet.
 	SendWindow int
 	// FixedWindow keeps the send window at SendWindow; by default it halves
@@ -103,7 +108,7 @@ type QP struct {
 	maxSGE    int
 	maxInline int
 	window    uint32
-	winAuto   bool // Config.SendWindow was 0: DefaultSRSendWindow with selective repeat
+	winAuto   bool // Config.SendWindow was 0: DefaultSRSendWindow with selective repeat and DCQCN
 	fixedWin  bool
 	dcqcn     *DCQCNParams // Config.DCQCN (nil: all defaults)
 

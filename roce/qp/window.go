@@ -172,7 +172,7 @@ func (w *sendWindow) canSend(psn uint32, now int64) bool {
 // until a timer. With selective repeat (negotiated: the peer is an xdproce
 // whose responder ACKs every srAckEvery) it asks every half window from
 // 256 PSNs on, up to srAckReqEvery: every 256th at 512, every 1024th at
-// selective repeat's default window of 2048 (DefaultSRSendWindow); small
+// selective repeat's default window with DCQCN, 2048 (DefaultSRSendWindow); small
 // windows keep their cadence. The responder SACKs a hole as soon as a
 // packet past it arrives, whatever the cadence, and the fast timer still
 // follows the last packet that asked; most ACK frames leave the reverse

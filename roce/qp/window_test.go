@@ -337,28 +337,31 @@ func TestSendWindowAttr(t *testing.T) {
 
 // TestSendWindowDefault: a queue pair created without a SendWindow opens
 // its window up to DefaultSendWindow with go-back-N and up to
-// DefaultSRSendWindow when the peer agreed on selective repeat; a
-// SendWindow given stays the limit either way.
+// DefaultSRSendWindow when the peer agreed on selective repeat and DCQCN
+// (selective repeat alone keeps DefaultSendWindow); a SendWindow given
+// stays the limit either way.
 func TestSendWindowDefault(t *testing.T) {
 	for _, tc := range []struct {
-		window int
-		sr     bool
-		want   uint32
+		window    int
+		sr, dcqcn bool
+		want      uint32
 	}{
-		{0, false, DefaultSendWindow},
-		{0, true, DefaultSRSendWindow},
-		{1024, true, 1024},
-		{512, false, 512},
+		{0, false, false, DefaultSendWindow},
+		{0, false, true, DefaultSendWindow},
+		{0, true, true, DefaultSRSendWindow},
+		{0, true, false, DefaultSendWindow}, // nothing cuts the window on congestion
+		{1024, true, true, 1024},
+		{512, false, false, 512},
 	} {
 		o := defaultOpts()
-		o.window, o.sr = tc.window, tc.sr
+		o.window, o.sr, o.dcqcn = tc.window, tc.sr, tc.dcqcn
 		if tc.sr {
 			o.srWindow = SRHold
 		}
 		r := newNetRun(t, o, netCfg{delay: 10_000, perFrame: 1000, tick: 2000}, 1)
 		r.step() // the engine applies the transitions to RTS
 		if got := r.a.q.win.limit; got != tc.want {
-			t.Errorf("SendWindow %d, selective repeat %v: window limit %d, want %d", tc.window, tc.sr, got, tc.want)
+			t.Errorf("SendWindow %d, selective repeat %v, DCQCN %v: window limit %d, want %d", tc.window, tc.sr, tc.dcqcn, got, tc.want)
 		}
 	}
 }
