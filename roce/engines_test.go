@@ -257,7 +257,15 @@ func TestEnginesMulticast(t *testing.T) {
 			noWC(t, s.rcq, 0)
 		}
 	}
+	// The engines publish their counters at the end of a round, which can
+	// come after the completions it made were read: wait for them (a
+	// bound, not a figure), then look for a handoff too many.
 	st := p.b.Stats()
+	for deadline := time.Now().Add(2 * time.Second); st.Handoffs < 2 && time.Now().Before(deadline); st = p.b.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond)
+	st = p.b.Stats()
 	t.Logf("b: %d frames, %d handoffs", st.RxFrames, st.Handoffs)
 	if st.Handoffs != 2 {
 		t.Errorf("%d handoffs, want 2 (each group frame handed once to the other engine)", st.Handoffs)
