@@ -75,7 +75,7 @@ func Open(ifname string, opts *Options) (*Device, error) {
 	}
 	d.cleanup = append(cleanup, func() error { h.Close(); return nil })
 	if info.xdp != nil {
-		d.xdpCounters = xdpCounters(info.xdp)
+		d.xdpCounters = xdpCounters(info.xdp, l)
 	}
 	d.join = newGroupJoiner(info, l)
 	stop, err := d.watchInterface(info)

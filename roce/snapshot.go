@@ -92,9 +92,9 @@ type Snapshot struct {
 	// Counters are the device's, the queue pairs' summed in (destroyed ones
 	// included).
 	Counters Counters `json:"counters"`
-	// XDP holds the steering program's verdict counters (frames), nil when
-	// the device has no XDP program; XDPError says why they could not be
-	// read.
+	// XDP holds the steering program's verdict counters (frames) and the
+	// AF_XDP sockets' statistics, nil when the device has no XDP program;
+	// XDPError says why some or all of them could not be read.
 	XDP      Counters `json:"xdp,omitempty"`
 	XDPError string   `json:"xdp_error,omitempty"`
 	// PerQP holds each live queue pair's counters, by QPN, when asked for.
@@ -166,9 +166,10 @@ func (t *qpTotals) value(name string) uint64 {
 
 // Snapshot reads the device's counters, and each live queue pair's when
 // perQP is set. It reads what the progress engine has published at the end
-// of its rounds and the queue pairs' atomic counters: it never waits for the
-// engine nor takes a lock the engine takes while it moves frames, so it may
-// be called at any rate from any goroutine.
+// of its rounds, the queue pairs' atomic counters and, over AF_XDP, the XDP
+// program's map and the sockets' statistics (a system call each): it never
+// waits for the engine nor takes a lock the engine takes while it moves
+// frames, so it may be called at any rate from any goroutine.
 func (d *Device) Snapshot(perQP bool) *Snapshot {
 	s := &d.st
 	snap := &Snapshot{Time: time.Now(), Device: d.ifname, Link: d.props.Name}
@@ -228,7 +229,8 @@ func (d *Device) Snapshot(perQP bool) *Snapshot {
 		xdp, err := d.xdpCounters()
 		if err != nil {
 			snap.XDPError = err.Error()
-		} else {
+		}
+		if len(xdp) > 0 {
 			snap.XDP = xdp
 		}
 	}

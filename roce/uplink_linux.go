@@ -83,7 +83,7 @@ func OpenUplink(ifname, socket string, opts *Options) (*Uplink, error) {
 		u.resolve = newNeighResolver(h, info, cmp.Or(o.NeighborTimeout, 3*time.Second))
 	}
 	if info.xdp != nil {
-		u.xdp = xdpCounters(info.xdp)
+		u.xdp = xdpCounters(info.xdp, l)
 	}
 	u.join = newGroupJoiner(info, l)
 	// Group memberships are sockets, made in the interface's namespace
@@ -137,8 +137,9 @@ func (u *Uplink) Resolve(ip netip.Addr) (net.HardwareAddr, error) {
 	return u.resolve(ip)
 }
 
-// XDPCounters returns the steering program's verdict counters (nil, nil
-// without AF_XDP).
+// XDPCounters returns the steering program's verdict counters and the
+// AF_XDP sockets' statistics (nil, nil without AF_XDP; on an error, what
+// could be read with it).
 func (u *Uplink) XDPCounters() (Counters, error) {
 	if u.xdp == nil {
 		return nil, nil

@@ -100,7 +100,9 @@ func TestPrivilegedStatMetrics(t *testing.T) {
 			t.Errorf("stat lacks %s: %v", name, before.Counters)
 		}
 	}
-	for _, name := range []string{"xdp_redirected", "xdp_passed"} {
+	// The steering program's verdicts, then the AF_XDP sockets' statistics.
+	for _, name := range []string{"xdp_redirected", "xdp_passed", "xsk_rx_dropped", "xsk_rx_ring_full",
+		"xsk_rx_fill_ring_empty", "xsk_tx_invalid_descs", "xsk_rx_too_long", "xsk_tx_retry_waits"} {
 		if _, ok := before.XDP.Get(name); !ok {
 			t.Errorf("stat lacks %s: %v (%s)", name, before.XDP, before.XDPError)
 		}
@@ -115,6 +117,11 @@ func TestPrivilegedStatMetrics(t *testing.T) {
 		}
 	}
 	scrape0 := scrape()
+	if body, err := scrapeIn(topo.A.NS, addr); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(body, `rdma_xsk_rx_ring_full_total{device="`+topo.A.Name+`",port="1"} `) {
+		t.Errorf("scrape has no rdma_xsk_rx_ring_full_total for %s", topo.A.Name)
+	}
 
 	src := filepath.Join(t.TempDir(), "big")
 	writeFile(t, src, 32<<20, 7)

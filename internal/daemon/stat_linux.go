@@ -44,9 +44,11 @@ func (d *Daemon) Snapshot(perClient bool) *roce.Snapshot {
 		{Name: "goroutines", Value: uint64(runtime.NumGoroutine())},
 		{Name: "rss_bytes", Value: rss()},
 	}
-	if c, err := d.up.XDPCounters(); err != nil {
+	c, err := d.up.XDPCounters()
+	if err != nil {
 		snap.XDPError = err.Error()
-	} else {
+	}
+	if len(c) > 0 {
 		snap.XDP = c
 	}
 	if perClient {

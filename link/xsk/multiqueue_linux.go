@@ -219,3 +219,26 @@ func (m *MultiQueue) Close() error {
 	})
 	return err
 }
+
+// Stats sums the sockets' counters (Socket.Stats). Not for the per-packet
+// path; a part made by Split reads only its own sockets.
+func (m *MultiQueue) Stats() (Stats, error) {
+	var sum Stats
+	for _, s := range m.socks {
+		st, err := s.Stats()
+		if err != nil {
+			return sum, err
+		}
+		sum.Rx_dropped += st.Rx_dropped
+		sum.Rx_invalid_descs += st.Rx_invalid_descs
+		sum.Tx_invalid_descs += st.Tx_invalid_descs
+		sum.Rx_ring_full += st.Rx_ring_full
+		sum.Rx_fill_ring_empty_descs += st.Rx_fill_ring_empty_descs
+		sum.Tx_ring_empty_descs += st.Tx_ring_empty_descs
+		sum.RxTooLong += st.RxTooLong
+		sum.RxJoined += st.RxJoined
+		sum.RxCopied += st.RxCopied
+		sum.TxRetryWaits += st.TxRetryWaits
+	}
+	return sum, nil
+}
