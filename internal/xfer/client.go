@@ -225,17 +225,20 @@ func Send(ctx context.Context, dev *roce.Device, conn *cm.Conn, r io.Reader, siz
 			return res, err
 		}
 	}
-	if res.SHA256, err = endPut(ctx, c, r, h, size, name, final); err != nil {
+	if res.SHA256, err = endPut(ctx, c, r, h, size, name, nil, final); err != nil {
 		return res, err
 	}
 	res.finish(start)
 	return res, nil
 }
 
-// endPut ends a put once every slot is written: it checks that r has no
-// more than size bytes, sends the end message with the SHA-256 of h and
-// waits for the server's verdict. It returns the SHA-256.
-func endPut(ctx context.Context, c *ctrl, r io.Reader, h hash.Hash, size int64, name string, final <-chan message) (string, error) {
+// endPut ends a put once the content (hashed in h) is sent: it checks that
+// r has no more bytes, sends the end message with the SHA-256, then (with
+// drain) waits for the writes still on their way, then for the server's
+// verdict. A server that has every byte says ok even when a write's
+// acknowledgement went missing after that; without the verdict a failed
+// write is the reason. It returns the SHA-256.
+func endPut(ctx context.Context, c *ctrl, r io.Reader, h hash.Hash, size int64, name string, drain func() error, final <-chan message) (string, error) {
 	if err := checkEOF(c, r, name); err != nil {
 		return "", err
 	}
@@ -243,7 +246,16 @@ func endPut(ctx context.Context, c *ctrl, r io.Reader, h hash.Hash, size int64, 
 	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: sum}); err != nil {
 		return sum, ctxErr(ctx, err)
 	}
-	return putVerdict(ctx, sum, final)
+	var failed error
+	if drain != nil {
+		failed = drain()
+	}
+	sum, err := putVerdict(ctx, sum, final)
+	var re *RemoteError
+	if err != nil && failed != nil && !errors.As(err, &re) {
+		err = fmt.Errorf("write to peer: %w", failed)
+	}
+	return sum, err
 }
 
 // checkEOF fails (telling the server) when r has more bytes: a file that

@@ -3,7 +3,6 @@ package xfer
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -54,22 +53,8 @@ func sendLMRM(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev 
 		}
 		return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))
 	}
-	if err := checkEOF(c, r, name); err != nil {
-		return res, err
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	if err := c.send(&message{Type: msgEnd, Size: size, SHA256: sum}); err != nil {
-		return res, ctxErr(ctx, err)
-	}
-	// The writes still on their way, then the verdict: a server that has
-	// every byte says ok even when an acknowledgement went missing after
-	// that; without the verdict a failed write is the reason.
-	failed := lmrmDrain(ctx, c, lr)
-	if res.SHA256, err = putVerdict(ctx, sum, final); err != nil {
-		var re *RemoteError
-		if failed != nil && !errors.As(err, &re) {
-			err = fmt.Errorf("write to peer: %w", failed)
-		}
+	drain := func() error { return lmrmDrain(ctx, c, lr) }
+	if res.SHA256, err = endPut(ctx, c, r, h, size, name, drain, final); err != nil {
 		return res, err
 	}
 	res.finish(start)

@@ -253,7 +253,7 @@ func sendOOO(ctx context.Context, cancel context.CancelCauseFunc, c *ctrl, dev *
 	if err := st.Close(); err != nil {
 		return res, ctxErr(ctx, fmt.Errorf("write to peer: %w", err))
 	}
-	if res.SHA256, err = endPut(ctx, c, r, h, size, name, final); err != nil {
+	if res.SHA256, err = endPut(ctx, c, r, h, size, name, nil, final); err != nil {
 		return res, err
 	}
 	res.finish(start)
